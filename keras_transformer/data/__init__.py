@@ -1,0 +1,1 @@
+"""Data: corpora, tokenizers and the input pipeline (TensorFlow allowed here)."""

@@ -1,0 +1,113 @@
+"""Scaled dot-product attention (Vaswani et al. 2017, §3.2.1)."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+# Fill for masked scores. Scores are cast to float32 before the fill and the
+# softmax, so this stays finite under float16 and bfloat16 compute dtypes
+# (where -1e9 itself would overflow to -inf and a fully masked row to NaN).
+MASKED_SCORE = -1e9
+
+
+def attention_weights(query, key, attention_mask=None):
+    """softmax(Q K^T / sqrt(d_k)) in float32, masked.
+
+    Legend: B batch, T queries, S keys, H heads, K head size.
+
+    Args:
+        query: (B, T, H, K) tensor.
+        key: (B, S, H, K) tensor.
+        attention_mask: optional bool (B, T, S); True = may attend.
+
+    Returns:
+        (B, H, T, S) float32 weights. Masked keys get exactly 0; a query row
+        with no key to attend to gets all zeros (not NaN, not uniform).
+    """
+    head_size = ops.shape(query)[-1]
+    # Scale before the product so float16 scores stay in range.
+    query = query * ops.cast(1.0 / math.sqrt(head_size), query.dtype)
+    scores = ops.einsum("bthk,bshk->bhts", query, key)  # (B, H, T, S)
+    scores = ops.cast(scores, "float32")
+    if attention_mask is None:
+        return ops.softmax(scores, axis=-1)
+    mask = ops.expand_dims(ops.cast(attention_mask, "bool"), axis=1)  # (B,1,T,S)
+    scores = ops.where(mask, scores, MASKED_SCORE)
+    weights = ops.softmax(scores, axis=-1)
+    return ops.where(mask, weights, 0.0)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ScaledDotProductAttention(keras.layers.Layer):
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, per head.
+
+    The softmax runs in float32 whatever the compute dtype; masked positions
+    are filled with a value that is safe in float16/bfloat16. Dropout, if any,
+    applies to the attention weights (as tensor2tensor's `attention_dropout`;
+    the paper itself uses only residual dropout).
+
+    Args:
+        dropout_rate: float. Dropout on the attention weights. Defaults to 0.
+
+    Call arguments:
+        query: (B, T, H, K).
+        key: (B, S, H, K).
+        value: (B, S, H, K).
+        attention_mask: optional bool (B, T, S), True = may attend.
+        return_attention_weights: bool, keyword-only. Also return the
+            (B, H, T, S) float32 weights (before dropout).
+
+    Returns:
+        (B, T, H, K), or a tuple with the weights when requested.
+
+    Example:
+        >>> attention = ScaledDotProductAttention()
+        >>> q = k = v = keras.random.normal((2, 5, 4, 8))
+        >>> attention(q, k, v).shape
+        (2, 5, 4, 8)
+    """
+
+    def __init__(self, dropout_rate: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        if not 0.0 <= dropout_rate < 1.0:
+            raise ValueError(
+                "dropout_rate must be in [0, 1). "
+                f"Received: dropout_rate={dropout_rate}"
+            )
+        self.dropout_rate = dropout_rate
+        self.weights_dropout = keras.layers.Dropout(
+            dropout_rate, dtype=self.dtype_policy, name="weights_dropout"
+        )
+
+    def build(self, query_shape, key_shape=None, value_shape=None):
+        self.built = True
+
+    def call(
+        self,
+        query,
+        key,
+        value,
+        attention_mask=None,
+        training=None,
+        *,
+        return_attention_weights: bool = False,
+    ):
+        weights = attention_weights(query, key, attention_mask)
+        dropped = ops.cast(weights, value.dtype)
+        if self.dropout_rate > 0:
+            dropped = self.weights_dropout(dropped, training=training)
+        output = ops.einsum("bhts,bshk->bthk", dropped, value)
+        if return_attention_weights:
+            return output, weights
+        return output
+
+    def compute_output_shape(self, query_shape, key_shape, value_shape):
+        return tuple(query_shape[:-1]) + (value_shape[-1],)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"dropout_rate": self.dropout_rate})
+        return config

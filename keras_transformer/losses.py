@@ -1,0 +1,114 @@
+"""Label-smoothed cross-entropy over non-pad target tokens (§5.4)."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+from keras_transformer.config import PAD_ID
+
+
+def smoothed_token_losses(labels, logits, epsilon: float):
+    """Per-token cross-entropy against smoothed targets, in float32.
+
+    The target distribution puts 1 - epsilon on the label and
+    epsilon / (V - 1) on each other class (as tensor2tensor, fairseq and
+    OpenNMT do). With q that distribution and p = softmax(logits):
+    loss = -sum_v q_v log p_v
+         = -(1 - eps) log p_y - eps/(V-1) * (sum_v log p_v - log p_y).
+
+    Args:
+        labels: (B, T) int ids.
+        logits: (B, T, V).
+        epsilon: smoothing in [0, 1).
+
+    Returns:
+        (B, T) float32 losses (pad positions included; mask them yourself).
+    """
+    logits = ops.cast(logits, "float32")
+    log_probs = ops.log_softmax(logits, axis=-1)
+    labels = ops.cast(labels, "int32")
+    label_log_probs = ops.squeeze(
+        ops.take_along_axis(log_probs, labels[..., None], axis=-1), axis=-1
+    )
+    if epsilon == 0:
+        return -label_log_probs
+    vocab_size = ops.shape(logits)[-1]
+    off_value = epsilon / ops.cast(vocab_size - 1, "float32")
+    others = ops.sum(log_probs, axis=-1) - label_log_probs
+    return -(1.0 - epsilon) * label_log_probs - off_value * others
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Label-smoothed sparse cross-entropy that ignores pad targets.
+
+    The value is the sum of token losses over real (non-pad) targets divided
+    by the number of real target tokens in the batch, so padding never
+    changes it and long and short sentences weigh per token, as in the
+    reference implementations.
+
+    Args:
+        epsilon: float. Label smoothing eps_ls. Defaults to 0.1.
+        pad_id: int. Targets equal to it are ignored. Defaults to 0.
+        subtract_entropy: bool. Subtract the loss of the smoothed target
+            distribution itself, so a perfect model scores 0 (the loss then
+            reads as a KL divergence; gradients are unchanged). Defaults to
+            False.
+
+    Call arguments:
+        y_true: (B, T) int labels.
+        y_pred: (B, T, V) logits.
+
+    Returns:
+        A float32 scalar.
+    """
+
+    def __init__(
+        self,
+        epsilon: float = 0.1,
+        pad_id: int = PAD_ID,
+        subtract_entropy: bool = False,
+        name: str = "label_smoothed_cross_entropy",
+        **kwargs,
+    ):
+        # The reduction is ours (sum / real tokens), so Keras must not
+        # average again.
+        kwargs.pop("reduction", None)
+        super().__init__(name=name, reduction="sum", **kwargs)
+        if not 0.0 <= epsilon < 1.0:
+            raise ValueError(
+                f"epsilon must be in [0, 1). Received: epsilon={epsilon!r}"
+            )
+        self.epsilon = float(epsilon)
+        self.pad_id = pad_id
+        self.subtract_entropy = subtract_entropy
+
+    def call(self, y_true, y_pred):
+        losses = smoothed_token_losses(y_true, y_pred, self.epsilon)
+        if self.subtract_entropy and self.epsilon > 0:
+            losses = losses - _target_entropy(self.epsilon, ops.shape(y_pred)[-1])
+        real = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        total = ops.sum(losses * real)
+        return total / ops.maximum(ops.sum(real), 1.0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("reduction", None)
+        config.update(
+            {
+                "epsilon": self.epsilon,
+                "pad_id": self.pad_id,
+                "subtract_entropy": self.subtract_entropy,
+            }
+        )
+        return config
+
+
+def _target_entropy(epsilon: float, vocab_size) -> float:
+    """Entropy of the smoothed target distribution (the loss minimum)."""
+    vocab_size = ops.cast(vocab_size, "float32")
+    off_value = epsilon / (vocab_size - 1.0)
+    return -(1.0 - epsilon) * math.log(1.0 - epsilon) - epsilon * ops.log(off_value)

@@ -1,0 +1,262 @@
+"""The encoder-decoder Transformer as one functional `keras.Model`.
+
+`build_transformer(config)` returns a `Transformer`: a functional model with
+two named int32 inputs, `source_ids` (B, S) and `target_ids` (B, T) (the
+shifted decoder input), pad id 0, and float32 logits (B, T, V). The encoder
+and decoder halves are also callable on their own (`encode`, `decode`), and
+`decode_step` runs the decoder incrementally against key/value caches.
+
+Legend: B batch, S source length, T target length, D d_model, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import keras
+from keras import ops
+
+from keras_transformer import masks
+from keras_transformer.config import TransformerConfig
+from keras_transformer.layers import (
+    DecoderBlock,
+    EncoderBlock,
+    LearnedPositionalEmbedding,
+    ScaledEmbedding,
+    SinusoidalPositionalEncoding,
+)
+
+
+def _make_layers(config: TransformerConfig) -> SimpleNamespace:
+    """Create (unconnected) every layer of the model."""
+    if config.share_embeddings:
+        source_embedding = ScaledEmbedding(
+            config.vocab_size, config.d_model, name="shared_embedding"
+        )
+        target_embedding = source_embedding
+    else:
+        source_embedding = ScaledEmbedding(
+            config.vocab_size, config.d_model, name="source_embedding"
+        )
+        target_embedding = ScaledEmbedding(
+            config.output_vocab_size, config.d_model, name="target_embedding"
+        )
+    if config.tie_output_projection:
+        output_projection = None  # logits = target_embedding(h, reverse=True)
+    else:
+        # float32 so the logits (and the loss) stay float32 under mixed
+        # precision, as the tied path does.
+        output_projection = keras.layers.Dense(
+            config.output_vocab_size, dtype="float32", name="output_projection"
+        )
+    block_args = dict(
+        num_heads=config.num_heads,
+        intermediate_dim=config.d_ff,
+        dropout_rate=config.dropout_rate,
+        attention_dropout_rate=config.attention_dropout_rate,
+        relu_dropout_rate=config.relu_dropout_rate,
+        norm_first=config.norm_first,
+        layer_norm_epsilon=config.layer_norm_epsilon,
+    )
+    return SimpleNamespace(
+        config=config,
+        source_embedding=source_embedding,
+        target_embedding=target_embedding,
+        output_projection=output_projection,
+        source_position=_position_layer(config, "source_position"),
+        target_position=_position_layer(config, "target_position"),
+        # §5.4: dropout on the sums of embeddings and positional encodings.
+        source_dropout=keras.layers.Dropout(
+            config.dropout_rate, name="source_embedding_dropout"
+        ),
+        target_dropout=keras.layers.Dropout(
+            config.dropout_rate, name="target_embedding_dropout"
+        ),
+        encoder_blocks=[
+            EncoderBlock(**block_args, name=f"encoder_block_{i}")
+            for i in range(config.num_encoder_layers)
+        ],
+        decoder_blocks=[
+            DecoderBlock(**block_args, name=f"decoder_block_{i}")
+            for i in range(config.num_decoder_layers)
+        ],
+        # Pre-norm stacks end un-normalised; post-norm blocks end in a norm.
+        encoder_norm=_final_norm(config, "encoder_norm"),
+        decoder_norm=_final_norm(config, "decoder_norm"),
+    )
+
+
+def _position_layer(config: TransformerConfig, name: str):
+    if config.position_encoding == "learned":
+        return LearnedPositionalEmbedding(config.max_position, name=name)
+    return SinusoidalPositionalEncoding(name=name)
+
+
+def _final_norm(config: TransformerConfig, name: str):
+    if not config.norm_first:
+        return None
+    return keras.layers.LayerNormalization(
+        epsilon=config.layer_norm_epsilon, name=name
+    )
+
+
+def _encode(layers: SimpleNamespace, source_ids, training=None):
+    """(B, S) ids -> (B, S, D) encoder output."""
+    config = layers.config
+    x = layers.source_embedding(source_ids)
+    x = layers.source_position(x)
+    x = layers.source_dropout(x, training=training)
+    mask = masks.self_attention_mask(source_ids, window=config.attention_window)
+    for block in layers.encoder_blocks:
+        x = block(x, mask, training=training)
+    if layers.encoder_norm is not None:
+        x = layers.encoder_norm(x)
+    return x
+
+
+def _decode(layers: SimpleNamespace, target_ids, memory, source_ids, training=None):
+    """(B, T) ids and (B, S, D) encoder output -> (B, T, V) float32 logits."""
+    config = layers.config
+    y = layers.target_embedding(target_ids)
+    y = layers.target_position(y)
+    y = layers.target_dropout(y, training=training)
+    self_mask = masks.self_attention_mask(
+        target_ids, causal=True, window=config.attention_window
+    )
+    cross_mask = masks.cross_attention_mask(source_ids, target_ids)
+    for block in layers.decoder_blocks:
+        y = block(y, memory, self_mask, cross_mask, training=training)
+    return _logits(layers, y)
+
+
+def _logits(layers: SimpleNamespace, hidden):
+    if layers.decoder_norm is not None:
+        hidden = layers.decoder_norm(hidden)
+    if layers.output_projection is None:
+        return layers.target_embedding(hidden, reverse=True)
+    return layers.output_projection(hidden)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """Encoder-decoder Transformer of Vaswani et al. 2017 (Figure 1).
+
+    A functional model (inputs `source_ids`, `target_ids`; output logits)
+    whose only constructor argument is a `TransformerConfig`, so it saves to
+    and loads from `.keras` files by config. Use `build_transformer`.
+    """
+
+    def __init__(self, config: TransformerConfig | dict[str, Any], **kwargs):
+        if isinstance(config, dict):
+            config = TransformerConfig.from_dict(config)
+        layers = _make_layers(config)
+        source_ids = keras.Input(shape=(None,), dtype="int32", name="source_ids")
+        target_ids = keras.Input(shape=(None,), dtype="int32", name="target_ids")
+        memory = _encode(layers, source_ids)
+        logits = _decode(layers, target_ids, memory, source_ids)
+        super().__init__(
+            inputs={"source_ids": source_ids, "target_ids": target_ids},
+            outputs=logits,
+            **kwargs,
+        )
+        self.config = config
+        self._parts = layers
+
+    # Layers by role, for decoding and inspection.
+    @property
+    def encoder_blocks(self) -> list[EncoderBlock]:
+        return self._parts.encoder_blocks
+
+    @property
+    def decoder_blocks(self) -> list[DecoderBlock]:
+        return self._parts.decoder_blocks
+
+    def encode(self, source_ids, training=None):
+        """Run the encoder alone. (B, S) int ids -> (B, S, D)."""
+        return _encode(self._parts, ops.convert_to_tensor(source_ids), training)
+
+    def decode(self, target_ids, memory, source_ids, training=None):
+        """Run the decoder alone on a whole target prefix.
+
+        (B, T) target ids, (B, S, D) encoder output, (B, S) source ids (for
+        the cross-attention padding mask) -> (B, T, V) float32 logits.
+        """
+        return _decode(
+            self._parts,
+            ops.convert_to_tensor(target_ids),
+            memory,
+            ops.convert_to_tensor(source_ids),
+            training,
+        )
+
+    def init_decode_cache(self, batch_size: int, max_length: int):
+        """Zero self-attention caches: one (key, value) pair per decoder layer,
+        each (B, L_max, H, K)."""
+        return [
+            block.self_attention.empty_cache(batch_size, max_length)
+            for block in self._parts.decoder_blocks
+        ]
+
+    def cross_key_values(self, memory):
+        """Cross-attention keys/values of every decoder layer, computed once
+        per source: a list of (keys, values), each (B, S, H, K)."""
+        return [
+            block.cross_attention.project_key_value(memory)
+            for block in self._parts.decoder_blocks
+        ]
+
+    def decode_step(self, target_ids, step, cache, cross_key_values, source_ids):
+        """Logits for `target_ids` (B, T_new) at positions step..step+T_new-1.
+
+        Uses and returns the per-layer self-attention caches; the result
+        equals `decode` on the whole prefix at those positions.
+
+        Returns:
+            ((B, T_new, V) float32 logits, updated cache list).
+        """
+        parts = self._parts
+        config = self.config
+        y = parts.target_embedding(target_ids)
+        y = parts.target_position(y, start_index=step)
+        max_length = ops.shape(cache[0][0])[1]
+        query_positions = masks.token_positions(target_ids, offset=step)
+        key_positions = masks.token_positions(ops.ones((1, max_length), "int32"))
+        self_mask = masks.causal_mask(query_positions, key_positions)
+        if config.attention_window is not None:
+            window = masks.window_mask(
+                query_positions, key_positions, config.attention_window
+            )
+            self_mask = ops.logical_and(self_mask, window)
+        cross_mask = masks.cross_attention_mask(source_ids, target_ids)
+        new_cache = []
+        for block, layer_cache, key_value in zip(
+            parts.decoder_blocks, cache, cross_key_values
+        ):
+            y, layer_cache = block.decode_step(
+                y, layer_cache, key_value, step, self_mask, cross_mask
+            )
+            new_cache.append(layer_cache)
+        return _logits(parts, y), new_cache
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "name": self.name,
+            "trainable": self.trainable,
+        }
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Transformer:
+        return cls(**config)
+
+
+def build_transformer(config: TransformerConfig | None = None) -> Transformer:
+    """Build the functional Transformer for `config` (default: `base`).
+
+    Example:
+        >>> config = TransformerConfig.preset("tiny")
+        >>> model = build_transformer(config)
+        >>> logits = model({"source_ids": src, "target_ids": tgt})  # (B, T, V)
+    """
+    return Transformer(config or TransformerConfig())

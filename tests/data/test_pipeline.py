@@ -1,0 +1,318 @@
+"""Input pipeline: teacher forcing, filtering, buckets, batches, padding."""
+
+from __future__ import annotations
+
+import collections
+import random
+
+import numpy as np
+import pytest
+
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.data.pipeline import (
+    BucketedBatches,
+    FilterReport,
+    bucket_lengths,
+    drop_empty_pairs,
+    drop_long_pairs,
+    pad_batch,
+    shift_for_teacher_forcing,
+)
+
+BUCKETS = (4, 8, 16)
+
+
+def make_pairs(count=60, seed=0, max_length=15):
+    """Distinct pairs of ids in 4..99 (no reserved ids), varied lengths."""
+    rng = random.Random(seed)
+    pairs, seen = [], set()
+    while len(pairs) < count:
+        source = tuple(rng.randint(4, 99) for _ in range(rng.randint(1, max_length)))
+        target = tuple(
+            rng.randint(4, 99) for _ in range(rng.randint(1, max_length - 1))
+        )
+        if (source, target) not in seen:
+            seen.add((source, target))
+            pairs.append((source, target))
+    return [list(s) for s, _ in pairs], [list(t) for _, t in pairs]
+
+
+def make_batches(count=60, seed=0, **kwargs):
+    source, target = make_pairs(count, seed)
+    options = dict(tokens_per_batch=64, buckets=BUCKETS, seed=0)
+    options.update(kwargs)
+    return BucketedBatches(source, target, **options), source, target
+
+
+def all_batches(batches):
+    return [batches[i] for i in range(len(batches))]
+
+
+def strip(row):
+    row = list(row)
+    while row and row[-1] == PAD_ID:
+        row.pop()
+    return row
+
+
+def epoch_pairs(batches):
+    """(source, target) of every real row of one epoch, from the arrays."""
+    pairs = []
+    for inputs, labels in all_batches(batches):
+        for src, tgt_in, lab in zip(
+            inputs["source_ids"], inputs["target_ids"], labels, strict=True
+        ):
+            if not src.any() and not tgt_in.any() and not lab.any():
+                continue  # Filler row.
+            target = strip(lab)
+            assert target[-1] == EOS_ID
+            pairs.append((tuple(strip(src)), tuple(target[:-1])))
+    return pairs
+
+
+# --- shift_for_teacher_forcing ---------------------------------------------
+
+
+@pytest.mark.parametrize("target", [[7], [5, 6, 7, 8], list(range(10, 40))])
+def test_shift_for_teacher_forcing(target):
+    decoder_input, labels = shift_for_teacher_forcing(target)
+    assert decoder_input == [BOS_ID, *target]
+    assert labels == [*target, EOS_ID]
+    assert len(decoder_input) == len(labels) == len(target) + 1
+    # Shifted by exactly one: the label at t is the input at t + 1.
+    assert labels[:-1] == decoder_input[1:]
+    assert (BOS_ID, EOS_ID) == (2, 3)
+
+
+def test_shift_does_not_modify_its_argument():
+    target = [5, 6]
+    shift_for_teacher_forcing(target)
+    assert target == [5, 6]
+
+
+# --- BucketedBatches --------------------------------------------------------
+
+
+def test_batch_structure_and_alignment():
+    batches, _, _ = make_batches()
+    for inputs, labels in all_batches(batches):
+        assert set(inputs) == {"source_ids", "target_ids"}
+        source, target = inputs["source_ids"], inputs["target_ids"]
+        assert source.dtype == target.dtype == labels.dtype == np.int32
+        assert source.shape == target.shape == labels.shape
+        for tgt_in, lab in zip(target, labels, strict=True):
+            real = lab != PAD_ID
+            count = int(real.sum())
+            # Labels are a prefix of real tokens, then pads.
+            assert real[:count].all() and not real[count:].any()
+            if count == 0:
+                assert not tgt_in.any()
+                continue
+            assert tgt_in[0] == BOS_ID
+            assert lab[count - 1] == EOS_ID
+            # labels[:, :-1] aligned with target_ids[:, 1:] on real tokens.
+            np.testing.assert_array_equal(lab[: count - 1], tgt_in[1:count])
+            assert not tgt_in[count:].any()
+
+
+def test_shapes_are_bounded_by_buckets():
+    batches, _, _ = make_batches(count=80)
+    shapes = {inputs["source_ids"].shape for inputs, _ in all_batches(batches)}
+    assert 1 < len(shapes) <= len(BUCKETS)
+    expected = {(batches.batch_size(b), n) for b, n in enumerate(BUCKETS)}
+    assert shapes <= expected
+    assert shapes == batches.shapes()
+    for rows, length in shapes:
+        assert rows == batches.batch_size(BUCKETS.index(length))
+
+
+def test_batch_size_follows_token_budget():
+    batches, _, _ = make_batches(tokens_per_batch=64)
+    # 64 // 4 = 16 (multiple of 8), 64 // 8 = 8, 64 // 16 = 4 (< 8: as is).
+    assert [batches.batch_size(b) for b in range(3)] == [16, 8, 4]
+    batches, _, _ = make_batches(tokens_per_batch=100)
+    # 25 -> 24, 12 -> 8, 6 stays 6.
+    assert [batches.batch_size(b) for b in range(3)] == [24, 8, 6]
+    batches, _, _ = make_batches(tokens_per_batch=3)
+    assert [batches.batch_size(b) for b in range(3)] == [1, 1, 1]
+
+
+def test_every_pair_exactly_once_per_epoch():
+    batches, source, target = make_batches(count=70)
+    expected = collections.Counter(
+        zip(map(tuple, source), map(tuple, target), strict=True)
+    )
+    for _ in range(3):
+        assert collections.Counter(epoch_pairs(batches)) == expected
+        batches.on_epoch_end()
+
+
+def test_pairs_go_to_the_smallest_bucket_that_fits():
+    batches, _, _ = make_batches(count=70)
+    for inputs, labels in all_batches(batches):
+        length = inputs["source_ids"].shape[1]
+        smaller = max([b for b in BUCKETS if b < length], default=0)
+        needed = [
+            max(len(strip(s)), len(strip(lab)))
+            for s, lab in zip(inputs["source_ids"], labels, strict=True)
+            if lab.any()
+        ]
+        assert needed and max(needed) <= length
+        assert all(n > smaller for n in needed)
+
+
+def test_padded_rows_are_all_pad():
+    # 5 short pairs in a bucket of 16 rows: 11 filler rows.
+    source = [[5, 6], [7], [8, 9], [10], [11]]
+    target = [[12], [13, 14], [15], [16], [17, 18]]
+    batches = BucketedBatches(
+        source, target, tokens_per_batch=64, buckets=(4, 8), seed=1
+    )
+    assert len(batches) == 1
+    inputs, labels = batches[0]
+    assert labels.shape == (16, 4)
+    real_rows = labels.any(axis=1)
+    assert real_rows.sum() == 5
+    for array in (inputs["source_ids"], inputs["target_ids"], labels):
+        assert not array[~real_rows].any()
+    assert batches.num_target_tokens() == sum(len(t) + 1 for t in target)
+
+
+def order(batches):
+    return [
+        (inputs["source_ids"].tobytes(), labels.tobytes())
+        for inputs, labels in all_batches(batches)
+    ]
+
+
+def test_shuffle_is_deterministic_per_seed_and_epoch():
+    source, target = make_pairs(80, 3)
+
+    def batches_with(seed):
+        return BucketedBatches(
+            source, target, tokens_per_batch=64, buckets=BUCKETS, seed=seed
+        )
+
+    a, b = batches_with(0), batches_with(0)
+    first = order(a)
+    assert first == order(b)
+    a.on_epoch_end()
+    second = order(a)
+    assert second != first
+    b.on_epoch_end()
+    assert order(b) == second
+    # set_epoch replays an epoch (resuming).
+    a.set_epoch(0)
+    assert order(a) == first
+    assert order(batches_with(7)) != first
+
+
+def test_no_shuffle_keeps_order():
+    source, target = make_pairs(30, 4)
+    batches = BucketedBatches(
+        source, target, tokens_per_batch=64, buckets=BUCKETS, shuffle=False
+    )
+    first = order(batches)
+    batches.on_epoch_end()
+    assert order(batches) == first
+
+
+def test_len_is_constant_across_epochs():
+    batches, _, _ = make_batches(count=90)
+    length = len(batches)
+    assert length > 3
+    for _ in range(4):
+        batches.on_epoch_end()
+        assert len(batches) == length
+
+
+def test_pair_longer_than_largest_bucket_raises():
+    source, target = make_pairs(10, 5)
+    source.append(list(range(4, 4 + 17)))  # 17 > 16.
+    target.append([5])
+    with pytest.raises(ValueError, match="largest bucket"):
+        BucketedBatches(source, target, tokens_per_batch=64, buckets=BUCKETS)
+    # The shifted target needs one more token than the target.
+    with pytest.raises(ValueError, match="largest bucket"):
+        BucketedBatches(
+            [[5]], [list(range(4, 20))], tokens_per_batch=64, buckets=BUCKETS
+        )
+    BucketedBatches([[5]], [list(range(4, 19))], tokens_per_batch=64, buckets=BUCKETS)
+
+
+def test_empty_training_data_raises():
+    with pytest.raises(ValueError, match="No training pairs"):
+        BucketedBatches([], [], tokens_per_batch=64, buckets=BUCKETS)
+
+
+def test_mismatched_source_and_target_raise():
+    with pytest.raises(ValueError, match="2 source but 1 target"):
+        BucketedBatches([[5], [6]], [[7]], tokens_per_batch=64, buckets=BUCKETS)
+
+
+# --- filtering ----------------------------------------------------------------
+
+
+def test_drop_empty_pairs_reports_line_numbers():
+    source = ["a b", "", "c", "  \t", "d", "e"]
+    target = ["x", "y", " ", "z", "w", "\u3000"]
+    lines = [3, 4, 5, 8, 9, 12]  # Not simply index + 1.
+    keep, dropped = drop_empty_pairs(source, target, lines)
+    assert keep == [0, 4]
+    assert dropped == [4, 5, 8, 12]
+
+
+def test_drop_long_pairs_reports_line_numbers():
+    source = [[5] * 4, [5] * 5, [5], [5]]
+    target = [[6] * 3, [6], [6] * 4, [6] * 2]
+    lines = [1, 2, 3, 10]
+    keep, dropped = drop_long_pairs(source, target, lines, max_length=4)
+    # Source of 5 > 4; target of 4 + EOS > 4.
+    assert keep == [0, 3]
+    assert dropped == [2, 3]
+
+
+def test_filter_report_summary():
+    report = FilterReport(kept=7, empty_lines=[2, 5], too_long_lines=[9])
+    summary = report.summary("a.en | a.de")
+    assert "a.en | a.de" in summary
+    assert "kept 7" in summary
+    assert "2 empty" in summary and "lines 2, 5" in summary
+    assert "1 over-long" in summary and "lines 9" in summary
+    quiet = FilterReport(kept=3, empty_lines=[], too_long_lines=[]).summary()
+    assert "kept 3" in quiet and "dropped" not in quiet
+    many = FilterReport(kept=0, empty_lines=list(range(1, 31)), too_long_lines=[])
+    text = many.summary(limit=4)
+    assert "30 empty" in text and "lines 1, 2, 3, 4 ..." in text
+    assert "5" not in text.split("lines")[1]
+
+
+def test_bucket_lengths():
+    assert bucket_lengths(128) == (8, 16, 24, 32, 48, 64, 96, 128)
+    assert bucket_lengths(100) == (8, 16, 24, 32, 48, 64, 96, 100)
+    assert bucket_lengths(8) == (8,)
+    assert bucket_lengths(20, buckets=(4, 10)) == (4, 10, 20)
+
+
+# --- pad_batch ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lengths, width",
+    [([1, 3], 8), ([8], 8), ([9, 2], 16), ([16], 16), ([17], 24), ([0, 0], 8)],
+)
+def test_pad_batch_rounds_up_to_multiple_of_8(lengths, width):
+    sequences = [list(range(4, 4 + n)) for n in lengths]
+    batch = pad_batch(sequences)
+    assert batch.dtype == np.int32
+    assert batch.shape == (len(lengths), width)
+    for row, ids in zip(batch, sequences, strict=True):
+        assert list(row[: len(ids)]) == ids
+        assert not row[len(ids) :].any()
+
+
+def test_pad_batch_explicit_length():
+    batch = pad_batch([[5, 6], [7]], length=5)
+    np.testing.assert_array_equal(batch, [[5, 6, 0, 0, 0], [7, 0, 0, 0, 0]])
+    with pytest.raises(ValueError, match="3 tokens exceeds length=2"):
+        pad_batch([[5, 6, 7], [8]], length=2)

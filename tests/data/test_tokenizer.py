@@ -1,0 +1,273 @@
+"""Joint subword tokenizers: SentencePiece BPE and WordPiece."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data import tokenizer as tokenizer_module
+from keras_transformer.data.tokenizer import (
+    RESERVED_TOKENS,
+    TOKENIZER_KINDS,
+    SentencePieceTokenizer,
+    WordPieceTokenizer,
+    load_tokenizer,
+    train_tokenizer,
+)
+
+ENGLISH = (
+    ["the man", "a woman", "the little girl", "two dogs", "my brother", "the cat"],
+    ["sees", "likes", "walks to", "finds", "paints"],
+    ["the house", "a green tree", "the old street", "the river", "a red car"],
+)
+GERMAN = (
+    ["der Mann", "eine Frau", "das kleine Mädchen", "zwei Hunde", "die Katze"],
+    ["sieht", "mag", "geht zur", "findet", "malt"],
+    ["das Haus", "einen grünen Baum", "die alte Straße", "den Fluss", "ein Auto"],
+)
+
+
+def make_texts(count=300, seed=0):
+    """Simple English and German sentences (alternating)."""
+    rng = random.Random(seed)
+    texts = []
+    for i in range(count):
+        parts = ENGLISH if i % 2 == 0 else GERMAN
+        words = " ".join(rng.choice(p) for p in parts)
+        texts.append(words + (" ." if i % 3 else ""))
+    return texts
+
+
+TEXTS = make_texts()
+SAMPLES = [
+    "the little girl finds a red car .",
+    "das kleine Mädchen malt einen grünen Baum .",
+    "two dogs",
+]
+
+
+@pytest.fixture(scope="module")
+def sentencepiece():
+    return train_tokenizer(TEXTS, 120, kind="sentencepiece")
+
+
+@pytest.fixture(scope="module")
+def wordpiece():
+    return train_tokenizer(TEXTS, 120, kind="wordpiece")
+
+
+def normalised(text):
+    return " ".join(text.split())
+
+
+# --- shared interface ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+def test_tokenize_returns_padded_int32_and_lengths(kind, request):
+    tok = request.getfixturevalue(kind)
+    assert tok.kind == kind
+    ids, lengths = tok.tokenize(SAMPLES)
+    assert ids.dtype == np.int32 and lengths.dtype == np.int32
+    assert ids.shape == (len(SAMPLES), lengths.max())
+    encoded = tok.encode(SAMPLES)
+    np.testing.assert_array_equal(lengths, [len(e) for e in encoded])
+    for row, ids_row, length in zip(encoded, ids, lengths, strict=True):
+        assert list(ids_row[:length]) == row
+        assert not ids_row[length:].any()
+        # Real tokens: no pad, no BOS / EOS; known text: no UNK.
+        assert all(i >= 4 for i in row)
+        assert all(i < tok.vocab_size for i in row)
+    assert lengths.min() < lengths.max()  # Padding really happened.
+
+
+@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+def test_tokenize_add_eos(kind, request):
+    tok = request.getfixturevalue(kind)
+    ids, lengths = tok.tokenize(SAMPLES, add_eos=True)
+    plain, plain_lengths = tok.tokenize(SAMPLES)
+    np.testing.assert_array_equal(lengths, plain_lengths + 1)
+    for row, n in zip(ids, lengths, strict=True):
+        assert row[n - 1] == EOS_ID
+
+
+@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+def test_empty_batch_and_empty_text(kind, request):
+    tok = request.getfixturevalue(kind)
+    ids, lengths = tok.tokenize([])
+    assert ids.shape == (0, 0) and lengths.shape == (0,)
+    ids, lengths = tok.tokenize(["", "two dogs"])
+    assert lengths[0] == 0 and lengths[1] > 0
+    assert not ids[0].any()
+    assert tok.detokenize(ids)[0] == ""
+
+
+@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+def test_detokenize_round_trips(kind, request):
+    tok = request.getfixturevalue(kind)
+    texts = SAMPLES + ["  the   man \t sees  the river "]
+    ids, _ = tok.tokenize(texts)
+    decoded = tok.detokenize(ids)
+    assert isinstance(decoded[0], str)
+    # WordPiece joins tokens with spaces, SentencePiece normalises spaces.
+    assert decoded == [normalised(t) for t in texts]
+
+
+@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+def test_detokenize_stops_at_eos_and_ignores_pad_and_bos(kind, request):
+    tok = request.getfixturevalue(kind)
+    first = tok.encode(["two dogs"])[0]
+    second = tok.encode(["the river"])[0]
+    row = [BOS_ID, *first, PAD_ID, EOS_ID, *second]
+    other = [BOS_ID, PAD_ID, *second, PAD_ID, PAD_ID]
+    width = max(len(row), len(other))
+    batch = np.zeros((2, width), np.int32)
+    batch[0, : len(row)] = row
+    batch[1, : len(other)] = other
+    assert tok.detokenize(batch) == ["two dogs", "the river"]
+    assert tok.detokenize(np.array([[EOS_ID, *first]])) == [""]
+
+
+@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+def test_save_and_load_round_trip(kind, request, tmp_path):
+    tok = request.getfixturevalue(kind)
+    tok.save(tmp_path / "tokenizer")
+    meta = json.loads((tmp_path / "tokenizer" / "tokenizer.json").read_text())
+    assert meta["kind"] == kind
+    assert meta["vocab_size"] == tok.vocab_size
+    loaded = load_tokenizer(tmp_path / "tokenizer")
+    assert type(loaded) is type(tok)
+    assert loaded.vocab_size == tok.vocab_size
+    texts = TEXTS[:20] + SAMPLES
+    np.testing.assert_array_equal(loaded.tokenize(texts)[0], tok.tokenize(texts)[0])
+    ids, _ = tok.tokenize(texts)
+    assert loaded.detokenize(ids) == tok.detokenize(ids)
+
+
+def test_load_missing_or_unknown(tmp_path):
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"kind": "bogus"}))
+    with pytest.raises(ValueError, match="bogus"):
+        load_tokenizer(tmp_path)
+
+
+@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+def test_training_is_deterministic(kind, request):
+    tok = request.getfixturevalue(kind)
+    again = train_tokenizer(TEXTS, 120, kind=kind)
+    assert again.vocab_size == tok.vocab_size
+    texts = TEXTS[:50] + SAMPLES
+    np.testing.assert_array_equal(again.tokenize(texts)[0], tok.tokenize(texts)[0])
+
+
+@pytest.mark.parametrize("texts", [[], [""], ["  ", "\t\n"]])
+def test_empty_text_raises(texts):
+    with pytest.raises(ValueError, match="empty"):
+        train_tokenizer(texts, 50)
+
+
+def test_unknown_kind_lists_kinds():
+    with pytest.raises(ValueError, match="bpe") as info:
+        train_tokenizer(TEXTS, 50, kind="bpe")
+    for kind in TOKENIZER_KINDS:
+        assert kind in str(info.value)
+
+
+def test_sample_size_draws_a_seeded_sample(monkeypatch):
+    seen = []
+
+    def spy(cls, texts, vocab_size):
+        seen.append(list(texts))
+        return vocab_size
+
+    monkeypatch.setattr(SentencePieceTokenizer, "train", classmethod(spy))
+    train_tokenizer(TEXTS, 80, sample_size=100, seed=3)
+    train_tokenizer(TEXTS, 80, sample_size=100, seed=3)
+    train_tokenizer(TEXTS, 80, sample_size=100, seed=4)
+    train_tokenizer(TEXTS[:50], 80, sample_size=100, seed=3)
+    assert [len(s) for s in seen] == [100, 100, 100, 50]
+    assert seen[0] == seen[1] != seen[2]
+    assert set(seen[0]) <= set(TEXTS)
+    assert seen[3] == TEXTS[:50]  # Small corpora are used whole.
+
+
+def test_sample_size_smaller_than_corpus_trains(sentencepiece):
+    tok = train_tokenizer(TEXTS, 90, kind="sentencepiece", sample_size=150, seed=1)
+    assert tok.vocab_size == 90
+    ids, _ = tok.tokenize(SAMPLES)
+    assert tok.detokenize(ids) == SAMPLES
+
+
+# --- SentencePiece --------------------------------------------------------------
+
+
+def test_sentencepiece_reserved_ids(sentencepiece):
+    tok = sentencepiece
+    assert tok.vocab_size == 120
+    assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
+    processor = tok._processor
+    assert processor.pad_id() == PAD_ID
+    assert processor.unk_id() == UNK_ID
+    assert processor.bos_id() == BOS_ID
+    assert processor.eos_id() == EOS_ID
+
+
+def test_sentencepiece_unknown_character_is_unk(sentencepiece):
+    ids = sentencepiece.encode(["the 猫"])[0]
+    assert UNK_ID in ids
+
+
+def test_sentencepiece_rejects_a_model_with_other_reserved_ids():
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(TEXTS),
+        model_writer=model,
+        vocab_size=60,
+        model_type="bpe",
+        minloglevel=2,
+    )  # Defaults: unk 0, bos 1, eos 2, no pad.
+    with pytest.raises(ValueError, match="reserved ids"):
+        SentencePieceTokenizer(model.getvalue())
+
+
+# --- WordPiece ------------------------------------------------------------------
+
+
+def test_wordpiece_reserved_tokens_first(wordpiece):
+    vocabulary = wordpiece.vocabulary
+    assert tuple(vocabulary[:4]) == RESERVED_TOKENS
+    assert vocabulary.index("<pad>") == PAD_ID
+    assert vocabulary.index("<unk>") == UNK_ID
+    assert vocabulary.index("<s>") == BOS_ID
+    assert vocabulary.index("</s>") == EOS_ID
+    assert 4 < wordpiece.vocab_size <= 120
+    assert len(set(vocabulary)) == len(vocabulary)
+
+
+def test_wordpiece_unknown_word_is_unk(wordpiece):
+    assert wordpiece.encode(["the 猫"])[0][-1] == UNK_ID
+
+
+def test_wordpiece_detokenize_punctuation(wordpiece):
+    # Punctuation is split off, so it comes back space-separated.
+    ids, _ = wordpiece.tokenize(["the man sees the river."])
+    decoded = wordpiece.detokenize(ids)[0]
+    assert decoded == "the man sees the river ."
+
+
+def test_wordpiece_vocabulary_must_start_with_reserved_tokens():
+    with pytest.raises(ValueError, match="must start with"):
+        WordPieceTokenizer(["[PAD]", "[UNK]", "a", "b"])
+
+
+def test_kinds_are_the_registered_classes():
+    assert set(TOKENIZER_KINDS) == set(tokenizer_module._CLASSES)

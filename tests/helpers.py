@@ -1,0 +1,151 @@
+"""Assertions and builders shared by the test modules."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import keras
+import numpy as np
+
+from keras_transformer import TransformerConfig
+
+
+def small_config(**overrides) -> TransformerConfig:
+    """The `tiny` preset shrunk further: fast on two CPU cores."""
+    values = dict(
+        vocab_size=50,
+        d_model=32,
+        d_ff=64,
+        num_heads=4,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        max_position=64,
+    )
+    values.update(overrides)
+    return TransformerConfig.preset("tiny", **values)
+
+
+def to_numpy(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+def _flat_numpy(outputs):
+    return [to_numpy(x) for x in keras.tree.flatten(outputs)]
+
+
+def _assert_outputs_equal(actual, expected, what):
+    actual, expected = _flat_numpy(actual), _flat_numpy(expected)
+    assert len(actual) == len(expected), what
+    for a, e in zip(actual, expected):
+        assert a.shape == e.shape, what
+        assert a.dtype == e.dtype, what
+        np.testing.assert_array_equal(a, e, err_msg=what)
+
+
+def _symbolic_input(array):
+    array = np.asarray(array)
+    return keras.Input(shape=array.shape[1:], dtype=array.dtype.name)
+
+
+def assert_layer_contract(
+    layer_cls, init_kwargs, inputs, call_kwargs=None, tmp_path=None
+):
+    """Check the serialization contract every layer must meet.
+
+    1. `from_config(get_config())` gives a layer with an equal config.
+    2. The clone, given the original's weights, computes the same outputs.
+    3. A functional model around the layer survives `.keras` save/load with
+       identical outputs.
+
+    Args:
+        layer_cls: the layer class.
+        init_kwargs: constructor arguments.
+        inputs: list of numpy arrays, the positional call arguments (masks
+            as bool arrays; they become bool `keras.Input`s).
+        call_kwargs: extra keyword call arguments (e.g. `reverse=True`).
+            `training` is not needed: everything runs in inference mode.
+        tmp_path: folder for the `.keras` file; a temporary one if None.
+
+    Returns:
+        The outputs of the original layer, as numpy.
+    """
+    call_kwargs = dict(call_kwargs or {})
+    call_kwargs.pop("training", None)
+    inputs = [np.asarray(x) for x in inputs]
+
+    layer = layer_cls(**init_kwargs)
+    outputs = layer(*inputs, training=False, **call_kwargs)
+
+    config = layer.get_config()
+    clone = layer_cls.from_config(config)
+    assert clone.get_config() == config
+    clone(*inputs, training=False, **call_kwargs)  # Builds the weights.
+    original_weights = layer.get_weights()
+    clone_weights = clone.get_weights()
+    assert [w.shape for w in clone_weights] == [w.shape for w in original_weights]
+    clone.set_weights(original_weights)
+    _assert_outputs_equal(
+        clone(*inputs, training=False, **call_kwargs), outputs, "from_config clone"
+    )
+
+    symbolic = [_symbolic_input(x) for x in inputs]
+    wrapped = layer_cls(**init_kwargs)
+    model = keras.Model(symbolic, wrapped(*symbolic, **call_kwargs))
+    wrapped.set_weights(original_weights)
+    model_outputs = model(inputs, training=False)
+    for a, e in zip(_flat_numpy(model_outputs), _flat_numpy(outputs)):
+        np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-6)
+
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = scratch if tmp_path is None else tmp_path
+        path = os.path.join(folder, f"{layer_cls.__name__}.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path)
+    loaded_layer = loaded.get_layer(wrapped.name)
+    assert type(loaded_layer) is layer_cls
+    assert loaded_layer.get_config() == wrapped.get_config()
+    _assert_outputs_equal(
+        loaded(inputs, training=False), model_outputs, "saved and loaded .keras"
+    )
+    return _flat_numpy(outputs)
+
+
+def train_one_step(model, inputs, labels, learning_rate=1e-2):
+    """Compile with Adam and cross-entropy, run one `train_on_batch` step.
+
+    TensorFlow runs the step eagerly (tracing the whole train step costs
+    ~10 s on two CPU cores, the eager step ~1 s); JAX always jit-compiles
+    (its eager mode is slower still). Returns the loss as a float.
+    """
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        run_eagerly=keras.backend.backend() == "tensorflow",
+    )
+    logs = model.train_on_batch(inputs, labels, return_dict=True)
+    return float(logs["loss"])
+
+
+def shifted_labels(target_ids):
+    """Next-token labels for a (B, T) decoder input: left shift, pad at end."""
+    target_ids = np.asarray(target_ids)
+    pad = np.zeros((target_ids.shape[0], 1), target_ids.dtype)
+    return np.concatenate([target_ids[:, 1:], pad], axis=1)
+
+
+def predict_logits(model, source_ids, target_ids):
+    """Inference logits of a whole Transformer as a NumPy array.
+
+    JAX runs the model jit-compiled (`predict_on_batch`): compiling the whole
+    graph once per shape is several times cheaper on CPU than JAX's eager
+    mode, which compiles every op separately. TensorFlow runs eagerly, its
+    fastest path here. Both compute the same inference-mode function.
+    """
+    inputs = {
+        "source_ids": np.asarray(source_ids, "int32"),
+        "target_ids": np.asarray(target_ids, "int32"),
+    }
+    if keras.backend.backend() == "jax":
+        return np.asarray(model.predict_on_batch(inputs))
+    return to_numpy(model(inputs, training=False))
