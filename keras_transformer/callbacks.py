@@ -62,7 +62,9 @@ class StepCheckpoints(keras.callbacks.Callback):
 class TrainingLimit(keras.callbacks.Callback):
     """Stop after `max_steps` optimizer steps or `max_minutes` of wall time."""
 
-    def __init__(self, *, max_steps: int | None = None, max_minutes: float | None = None):
+    def __init__(
+        self, *, max_steps: int | None = None, max_minutes: float | None = None
+    ):
         super().__init__()
         self.max_steps = max_steps
         self.max_seconds = None if max_minutes is None else 60.0 * max_minutes
@@ -116,6 +118,9 @@ class DevBleu(keras.callbacks.Callback):
     def evaluate(self) -> float:
         from keras_transformer.evaluation import corpus_scores
 
+        # Reading `self.model` syncs the trained weights back into the
+        # variables on JAX, which fit otherwise does only per epoch.
+        self.model.trainable_variables  # noqa: B018
         hypotheses = self.translate(self.sources)
         result = corpus_scores(hypotheses, self.references)
         entry = {"step": self.steps, "dev_bleu": result.bleu, "dev_chrf": result.chrf}

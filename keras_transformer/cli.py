@@ -1,9 +1,10 @@
 """`keras-transformer` command line: train, translate, evaluate, summary.
 
-    keras-transformer train                      # tiny model, built-in corpus
-    keras-transformer train --dataset multi30k --data-dir DIR --preset small
-    keras-transformer translate --run-dir R < input.en > output.de
-    keras-transformer evaluate --run-dir R --src test.en --ref test.de
+keras-transformer train                      # tiny model, built-in corpus
+keras-transformer train --dataset multi30k --data-dir DIR --preset small
+keras-transformer translate --run-dir R < input.en > output.de
+keras-transformer evaluate --run-dir R --src test.en --ref test.de
+keras-transformer average --run-dir R --last 5
 """
 
 from __future__ import annotations
@@ -59,7 +60,11 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override a TransformerConfig field (repeatable)",
     )
     parser.add_argument(
@@ -88,6 +93,7 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-every", type=int, default=0)
     parser.add_argument("--checkpoint-every", type=int, default=500)
     parser.add_argument("--keep-checkpoints", type=int, default=5)
+    parser.add_argument("--beam-size", type=int, default=4, help="for the test score")
 
 
 def _files_spec(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
@@ -133,42 +139,94 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_run(run_dir: str):
+def _translator(args: argparse.Namespace):
     import keras
 
     from keras_transformer.data.tokenizer import load_tokenizer
+    from keras_transformer.translator import Translator
 
-    run = Path(run_dir)
-    model_path = run / "model.keras"
+    run = Path(args.run_dir)
+    model_path = Path(args.model) if args.model else run / "model.keras"
     if not model_path.exists():
         raise FileNotFoundError(f"{model_path} not found: train a model into {run}.")
-    model = keras.saving.load_model(model_path)
-    return model, load_tokenizer(run / "tokenizer")
+    model = keras.saving.load_model(model_path, compile=False)
+    return Translator(
+        model,
+        load_tokenizer(run / "tokenizer"),
+        beam_size=args.beam_size,
+        alpha=args.alpha,
+        max_extra_length=args.max_extra_length,
+    )
+
+
+def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--model", help="a .keras file (default: RUN_DIR/model.keras)")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty")
+    parser.add_argument("--max-extra-length", type=int, default=50)
+
+
+def _read_lines(path: str) -> list[str]:
+    from keras_transformer.data.sources import read_parallel_files
+
+    return read_parallel_files(path, path).source
 
 
 def _translate(args: argparse.Namespace) -> int:
-    from keras_transformer.translator import Translator
-
-    model, tokenizer = _load_run(args.run_dir)
-    source = open(args.input, encoding="utf-8") if args.input else sys.stdin
-    lines = [line.rstrip("\r\n") for line in source]
-    translator = Translator(model, tokenizer, max_extra_length=args.max_extra_length)
-    for line in translator(lines):
+    if args.input:
+        lines = _read_lines(args.input)
+    else:
+        lines = [line.rstrip("\r\n") for line in sys.stdin]
+    for line in _translator(args)(lines):
         print(line)
     return 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from keras_transformer.data.sources import read_parallel_files
-    from keras_transformer.evaluation import corpus_scores
-    from keras_transformer.translator import Translator
+    from keras_transformer.evaluation import corpus_scores, paper_bleu
 
-    corpus = read_parallel_files(args.src, args.ref)
-    model, tokenizer = _load_run(args.run_dir)
-    hypotheses = Translator(model, tokenizer)(corpus.source)
+    references = _read_lines(args.ref)
+    if args.hyp:
+        hypotheses = _read_lines(args.hyp)
+    else:
+        if not args.src:
+            raise ValueError("evaluate needs --src (to translate) or --hyp.")
+        sources = _read_lines(args.src)
+        if len(sources) != len(references):
+            raise ValueError(
+                f"{args.src} has {len(sources)} lines but {args.ref} has "
+                f"{len(references)}: they must match line for line."
+            )
+        hypotheses = _translator(args)(sources)
     if args.output:
         Path(args.output).write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    print(corpus_scores(hypotheses, corpus.target))
+    print(corpus_scores(hypotheses, references))
+    if args.paper_bleu:
+        print(
+            f"{paper_bleu(hypotheses, references):.2f} "
+            "tokenized BLEU with compound splitting (paper convention; "
+            "NOT sacreBLEU, not comparable to it)"
+        )
+    return 0
+
+
+def _average(args: argparse.Namespace) -> int:
+    from keras_transformer.averaging import average_checkpoints
+    from keras_transformer.callbacks import list_checkpoints
+
+    checkpoints = list_checkpoints(Path(args.run_dir) / "checkpoints")
+    if len(checkpoints) < args.last:
+        raise ValueError(
+            f"--last {args.last}: only {len(checkpoints)} checkpoints in "
+            f"{Path(args.run_dir) / 'checkpoints'}."
+        )
+    chosen = checkpoints[-args.last :]
+    output = Path(
+        args.output or Path(args.run_dir) / f"averaged-last-{args.last}.keras"
+    )
+    average_checkpoints(chosen).save(output)
+    print(f"averaged {', '.join(p.name for p in chosen)} -> {output}")
     return 0
 
 
@@ -185,19 +243,27 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="keras-transformer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="keras-transformer",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command")
     _add_train_arguments(commands.add_parser("train", help="train a model"))
     translate = commands.add_parser("translate", help="translate lines")
-    translate.add_argument("--run-dir", required=True)
+    _add_decoding_arguments(translate)
     translate.add_argument("--input", help="file to translate (default: stdin)")
-    translate.add_argument("--max-extra-length", type=int, default=50)
     evaluate = commands.add_parser("evaluate", help="translate and score")
-    evaluate.add_argument("--run-dir", required=True)
-    evaluate.add_argument("--src", required=True)
+    _add_decoding_arguments(evaluate)
+    evaluate.add_argument("--src", help="source file to translate")
+    evaluate.add_argument("--hyp", help="score this file instead of translating")
     evaluate.add_argument("--ref", required=True)
-    evaluate.add_argument("--output")
+    evaluate.add_argument("--output", help="write the hypotheses here")
+    evaluate.add_argument("--paper-bleu", action="store_true")
+    average = commands.add_parser("average", help="average the last checkpoints")
+    average.add_argument("--run-dir", required=True)
+    average.add_argument("--last", type=int, default=5)
+    average.add_argument("--output")
     summary = commands.add_parser("summary", help="print preset sizes")
     summary.add_argument("presets", nargs="*", default=["tiny", "base", "big"])
     summary.add_argument("--vocab-size", type=int, default=37000)
@@ -210,6 +276,7 @@ _COMMANDS = {
     "translate": _translate,
     "evaluate": _evaluate,
     "summary": _summary,
+    "average": _average,
 }
 
 

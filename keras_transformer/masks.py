@@ -48,9 +48,7 @@ def window_mask(query_positions, key_positions, window: int):
     return ops.less_equal(distance, window)
 
 
-def self_attention_mask(
-    token_ids, *, causal: bool = False, window: int | None = None
-):
+def self_attention_mask(token_ids, *, causal: bool = False, window: int | None = None):
     """Mask for self-attention over one sequence. (B, L) ids -> (B, L, L).
 
     Keys that are padding are never attended; `causal` hides later positions

@@ -20,9 +20,7 @@ class MaskedTokenAccuracy(keras.metrics.Mean):
         y_pred: (B, T, V) logits or probabilities.
     """
 
-    def __init__(
-        self, pad_id: int = PAD_ID, name: str = "token_accuracy", dtype=None
-    ):
+    def __init__(self, pad_id: int = PAD_ID, name: str = "token_accuracy", dtype=None):
         super().__init__(name=name, dtype=dtype)
         self.pad_id = pad_id
 

@@ -96,27 +96,39 @@ def _position_layer(config: TransformerConfig, name: str):
 def _final_norm(config: TransformerConfig, name: str):
     if not config.norm_first:
         return None
-    return keras.layers.LayerNormalization(
-        epsilon=config.layer_norm_epsilon, name=name
-    )
+    return keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name=name)
 
 
-def _encode(layers: SimpleNamespace, source_ids, training=None):
-    """(B, S) ids -> (B, S, D) encoder output."""
+def _encode(layers: SimpleNamespace, source_ids, training=None, weights=None):
+    """(B, S) ids -> (B, S, D) encoder output.
+
+    With a `weights` dict, each block's (B, H, S, S) self-attention weights
+    are appended to weights["encoder_self_attention"] (inspection only).
+    """
     config = layers.config
     x = layers.source_embedding(source_ids)
     x = layers.source_position(x)
     x = layers.source_dropout(x, training=training)
     mask = masks.self_attention_mask(source_ids, window=config.attention_window)
     for block in layers.encoder_blocks:
-        x = block(x, mask, training=training)
+        if weights is None:
+            x = block(x, mask, training=training)
+        else:
+            x, layer_weights = block(x, mask, return_attention_weights=True)
+            weights.setdefault("encoder_self_attention", []).append(layer_weights)
     if layers.encoder_norm is not None:
         x = layers.encoder_norm(x)
     return x
 
 
-def _decode(layers: SimpleNamespace, target_ids, memory, source_ids, training=None):
-    """(B, T) ids and (B, S, D) encoder output -> (B, T, V) float32 logits."""
+def _decode(
+    layers: SimpleNamespace, target_ids, memory, source_ids, training=None, weights=None
+):
+    """(B, T) ids and (B, S, D) encoder output -> (B, T, V) float32 logits.
+
+    With a `weights` dict, each block's self- and cross-attention weights are
+    appended to weights["decoder_self_attention"] / ["cross_attention"].
+    """
     config = layers.config
     y = layers.target_embedding(target_ids)
     y = layers.target_position(y)
@@ -126,7 +138,18 @@ def _decode(layers: SimpleNamespace, target_ids, memory, source_ids, training=No
     )
     cross_mask = masks.cross_attention_mask(source_ids, target_ids)
     for block in layers.decoder_blocks:
-        y = block(y, memory, self_mask, cross_mask, training=training)
+        if weights is None:
+            y = block(y, memory, self_mask, cross_mask, training=training)
+            continue
+        y, layer_weights = block(
+            y, memory, self_mask, cross_mask, return_attention_weights=True
+        )
+        weights.setdefault("decoder_self_attention", []).append(
+            layer_weights["self_attention"]
+        )
+        weights.setdefault("cross_attention", []).append(
+            layer_weights["cross_attention"]
+        )
     return _logits(layers, y)
 
 
@@ -189,6 +212,26 @@ class Transformer(keras.Model):
             ops.convert_to_tensor(source_ids),
             training,
         )
+
+    def attention_weights(self, source_ids, target_ids) -> dict[str, list]:
+        """Attention weights of every layer (inference, for plots).
+
+        Returns a dict with "encoder_self_attention" (B, H, S, S),
+        "decoder_self_attention" (B, H, T, T) and "cross_attention"
+        (B, H, T, S): one float32 tensor per layer, rows summing to 1 over
+        real keys.
+        """
+        weights: dict[str, list] = {}
+        source_ids = ops.convert_to_tensor(source_ids)
+        memory = _encode(self._parts, source_ids, weights=weights)
+        _decode(
+            self._parts,
+            ops.convert_to_tensor(target_ids),
+            memory,
+            source_ids,
+            weights=weights,
+        )
+        return weights
 
     def init_decode_cache(self, batch_size: int, max_length: int):
         """Zero self-attention caches: one (key, value) pair per decoder layer,

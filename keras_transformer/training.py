@@ -57,7 +57,8 @@ class TrainOptions:
     dev_subset: int = 100
     checkpoint_every: int = 500
     keep_checkpoints: int = 5
-    test_batch_size: int = 128
+    test_batch_size: int = 64
+    beam_size: int = 4  # For the final test-set score; dev BLEU is greedy.
 
 
 @dataclasses.dataclass
@@ -111,7 +112,9 @@ def _compile(model, config: TransformerConfig, options: TrainOptions) -> None:
     schedule = TransformerSchedule(
         config.d_model, config.warmup_steps, scale=options.learning_rate_scale
     )
-    accumulation = options.accumulation_steps if options.accumulation_steps > 1 else None
+    accumulation = (
+        options.accumulation_steps if options.accumulation_steps > 1 else None
+    )
     model.compile(
         optimizer=transformer_optimizer(
             schedule, gradient_accumulation_steps=accumulation
@@ -183,7 +186,10 @@ def train(options: TrainOptions) -> TrainResult:
         f"target tokens/epoch, backend {keras.backend.backend()}"
     )
     limit = TrainingLimit(max_steps=options.max_steps, max_minutes=options.max_minutes)
-    translator = Translator(model, tokenizer, batch_size=options.test_batch_size)
+    # Greedy during training (cheap); the test set below uses beam search.
+    dev_translator = Translator(
+        model, tokenizer, beam_size=1, batch_size=options.test_batch_size
+    )
     callbacks = [
         limit,
         keras.callbacks.TerminateOnNaN(),
@@ -211,7 +217,7 @@ def train(options: TrainOptions) -> TrainResult:
             subset = slice(0, options.dev_subset)
             callbacks.append(
                 DevBleu(
-                    translator,
+                    dev_translator,
                     valid.source[subset],
                     valid.target[subset],
                     every=options.eval_every,
@@ -219,8 +225,8 @@ def train(options: TrainOptions) -> TrainResult:
                 )
             )
     history = model.fit(
-        train_batches,
-        validation_data=validation,
+        train_batches.for_fit(),
+        validation_data=None if validation is None else validation.for_fit(),
         epochs=options.epochs,
         callbacks=callbacks,
         verbose=2,
@@ -232,8 +238,17 @@ def train(options: TrainOptions) -> TrainResult:
     _log(f"trained {steps} steps in {train_seconds / 60:.1f} min -> {run_dir}")
     test = None
     if "test" in splits and len(splits["test"]):
+        translator = Translator(
+            model,
+            tokenizer,
+            beam_size=options.beam_size,
+            batch_size=options.test_batch_size,
+        )
         test = evaluate_split(translator, splits["test"], run_dir / "test.hyp.txt")
-        _log(f"test set ({len(splits['test'])} sentences, greedy): {test}")
+        _log(
+            f"test set ({len(splits['test'])} sentences, beam {options.beam_size}): "
+            f"{test}"
+        )
         (run_dir / "test_scores.json").write_text(
             json.dumps(dataclasses.asdict(test), indent=2) + "\n"
         )

@@ -4,19 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from keras_transformer.config import PAD_ID
 from keras_transformer.data.pipeline import pad_batch
-from keras_transformer.decoding import greedy_decode
+from keras_transformer.generate import SequenceGenerator
 
 
 class Translator:
-    """Tokenize, decode, detokenize, in batches sorted by length.
+    """Tokenize, decode (greedy or beam search), detokenize, in batches.
+
+    Sentences are sorted by length and padded to multiples of 8, and every
+    batch has exactly `batch_size` rows (short batches are completed with
+    empty rows), so the compiled search sees a small fixed set of shapes.
 
     Args:
         model: a `Transformer`.
         tokenizer: the run's `SubwordTokenizer`.
-        batch_size: sentences per decoding batch. Defaults to 64.
+        beam_size: 1 for greedy. Defaults to 4 (§6.1).
+        alpha: length penalty. Defaults to 0.6 (§6.1).
         max_extra_length: output may be this much longer than the source.
             Defaults to 50 (§6.1).
+        batch_size: sentences per decoding batch. Defaults to 64.
+        jit: compile the search. Defaults to True.
 
     Example:
         >>> translator = Translator(model, tokenizer)
@@ -29,22 +39,31 @@ class Translator:
         model,
         tokenizer,
         *,
-        batch_size: int = 64,
+        beam_size: int = 4,
+        alpha: float = 0.6,
         max_extra_length: int = 50,
+        batch_size: int = 64,
+        jit: bool = True,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
-        self.max_extra_length = max_extra_length
+        self.generator = SequenceGenerator(
+            model,
+            beam_size=beam_size,
+            alpha=alpha,
+            max_extra_length=max_extra_length,
+            jit=jit,
+        )
 
     def __call__(self, texts: Sequence[str]) -> list[str]:
         return self.translate(texts)
 
-    def translate(self, texts: Sequence[str]) -> list[str]:
-        """One translation per input, in input order; "" for a blank input."""
+    def translate_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Best output ids per text (up to and including EOS)."""
         texts = list(texts)
         encoded = self.tokenizer.encode(texts)
-        results = [""] * len(texts)
+        results = [np.zeros((0,), np.int32)] * len(texts)
         # Similar lengths together: less padding, fewer distinct shapes.
         order = sorted(
             (i for i, ids in enumerate(encoded) if ids and texts[i].strip()),
@@ -52,11 +71,43 @@ class Translator:
         )
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            source = pad_batch([encoded[i] for i in chunk])
-            output = greedy_decode(
-                self.model, source, max_extra_length=self.max_extra_length
-            )
-            for index, text in zip(chunk, self.tokenizer.detokenize(output)):
-                results[index] = text
+            rows = [encoded[i] for i in chunk]
+            rows += [[]] * (self.batch_size - len(rows))
+            sequences, _ = self.generator(pad_batch(rows))
+            for row, index in enumerate(chunk):
+                best = sequences[row, 0]
+                results[index] = best[best != PAD_ID]
         return results
 
+    def translate(self, texts: Sequence[str]) -> list[str]:
+        """One translation per input, in input order; "" for a blank input."""
+        outputs = self.translate_ids(texts)
+        width = max((len(o) for o in outputs), default=0)
+        padded = np.zeros((len(outputs), max(width, 1)), np.int32)
+        for row, ids in enumerate(outputs):
+            padded[row, : len(ids)] = ids
+        texts = self.tokenizer.detokenize(padded) if len(outputs) else []
+        return [text if len(ids) else "" for text, ids in zip(texts, outputs)]
+
+    def attention_weights(self, source: str, target: str | None = None):
+        """Attention weights of every layer and head, for plots.
+
+        Translates `source` unless `target` is given, then runs the model
+        once with teacher forcing. Returns a dict with "source_tokens",
+        "target_tokens" (the pieces as strings) and "encoder_self_attention",
+        "decoder_self_attention", "cross_attention": lists (one per layer)
+        of (H, query, key) float32 arrays.
+        """
+        if target is None:
+            target = self.translate([source])[0]
+        source_ids = np.asarray([self.tokenizer.encode([source])[0]], np.int32)
+        target_ids = self.tokenizer.encode([target])[0]
+        decoder_input = np.asarray([[self.tokenizer.bos_id, *target_ids]], np.int32)
+        weights = self.model.attention_weights(source_ids, decoder_input)
+        pieces = self.tokenizer.id_to_piece
+        weights = {
+            name: [np.asarray(w)[0] for w in layers] for name, layers in weights.items()
+        }
+        weights["source_tokens"] = [pieces(i) for i in source_ids[0]]
+        weights["target_tokens"] = ["<s>"] + [pieces(i) for i in target_ids]
+        return weights

@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export TF_CPP_MIN_LOG_LEVEL=2
-.venv/bin/ruff check keras_transformer tests scripts
-.venv/bin/ruff format --check keras_transformer tests scripts
+.venv/bin/ruff check keras_transformer tests scripts benchmarks
+.venv/bin/ruff format --check keras_transformer tests scripts benchmarks
 status=0
 for backend in tensorflow jax; do
   echo "=== KERAS_BACKEND=$backend ==="

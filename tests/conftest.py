@@ -1,4 +1,4 @@
-"""Shared fixtures: every test starts from float32 and a fixed seed."""
+"""Shared fixtures for the core-model tests."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ import keras
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _float32_policy_and_seed():
-    """Fixed seed before each test; float32 policy restored after it."""
+@pytest.fixture
+def keras_state():
+    """Fixed seed and float32 policy before a test; float32 again after it.
+
+    Used by the core-model modules (`pytestmark`) and, through
+    tests/layers/conftest.py, by every layer test.
+    """
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(1234)
     try:
@@ -18,7 +22,7 @@ def _float32_policy_and_seed():
 
 
 def pytest_configure(config):
-    # Raised inside Keras/NumPy 2 when Keras saves weights; not ours to fix.
+    # Raised inside Keras under NumPy 2 when Keras saves weights; not ours.
     config.addinivalue_line(
         "filterwarnings",
         "ignore:__array__ implementation doesn't accept a copy keyword"

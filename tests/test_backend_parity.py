@@ -16,6 +16,9 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.usefixtures("keras_state")
 
 BACKENDS = ("tensorflow", "jax")
 
@@ -49,8 +52,8 @@ WORKER = textwrap.dedent(
         d_model=32,
         d_ff=64,
         num_heads=4,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
     )
     model = build_transformer(config)
     rng = np.random.default_rng(len(backend))

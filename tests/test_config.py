@@ -10,6 +10,8 @@ import pytest
 from keras_transformer import PRESETS, TransformerConfig
 from keras_transformer.config import field_names
 
+pytestmark = pytest.mark.usefixtures("keras_state")
+
 
 def test_base_preset_has_paper_values():
     config = TransformerConfig.preset("base")

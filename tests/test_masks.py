@@ -9,6 +9,8 @@ import pytest
 from keras_transformer import masks
 from tests.helpers import to_numpy
 
+pytestmark = pytest.mark.usefixtures("keras_state")
+
 IDS = np.array([[5, 6, 7, 0, 0], [3, 0, 0, 0, 0], [4, 4, 4, 4, 4]], "int32")
 VALID = np.array(
     [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]], bool

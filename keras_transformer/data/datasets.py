@@ -40,11 +40,11 @@ def _builtin(spec: DatasetSpec) -> dict[str, ParallelCorpus]:
     from keras_transformer.data.builtin_corpus import generate_corpus
 
     size = spec.builtin_size
+    # 500 held-out pairs at the default size; fewer for small corpora, whose
+    # vocabulary cannot cover many novel combinations.
+    held_out = max(10, min(500, size // 40))
     splits = generate_corpus(
-        num_train=size,
-        num_valid=max(100, size // 40),
-        num_test=max(100, size // 40),
-        seed=spec.builtin_seed,
+        num_train=size, num_valid=held_out, num_test=held_out, seed=spec.builtin_seed
     )
     return {
         name: ParallelCorpus(
@@ -67,9 +67,7 @@ def _files(spec: DatasetSpec) -> dict[str, ParallelCorpus]:
         if len(paths) == 1:
             splits[name] = read_tsv(paths[0], lenient_utf8=spec.lenient_utf8)
         else:
-            splits[name] = read_parallel_files(
-                *paths, lenient_utf8=spec.lenient_utf8
-            )
+            splits[name] = read_parallel_files(*paths, lenient_utf8=spec.lenient_utf8)
     return splits
 
 

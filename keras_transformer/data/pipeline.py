@@ -194,6 +194,26 @@ class BucketedBatches(keras.utils.PyDataset):
             labels[row, : len(shifted_out)] = shifted_out
         return {"source_ids": source, "target_ids": decoder_input}, labels
 
+    def for_fit(self):
+        """What to hand to `model.fit`: this PyDataset, or on TensorFlow a
+        `tf.data.Dataset` over it with a (None, None) signature (Keras infers
+        a PyDataset's signature from its first batches and would fix the
+        length of whichever bucket came first)."""
+        if keras.backend.backend() != "tensorflow":
+            return self
+        import tensorflow as tf
+
+        ids = tf.TensorSpec((None, None), tf.int32)
+        signature = ({"source_ids": ids, "target_ids": ids}, ids)
+
+        def batches():
+            for index in range(len(self)):
+                yield self[index]
+            self.on_epoch_end()
+
+        dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
+        return dataset.prefetch(2)
+
     def num_target_tokens(self) -> int:
         """Real target tokens (labels) in one epoch."""
         return sum(len(t) + 1 for t in self._target)

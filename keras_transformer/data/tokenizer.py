@@ -46,6 +46,10 @@ class SubwordTokenizer:
     def _decode(self, ids: list[list[int]]) -> list[str]:
         raise NotImplementedError
 
+    def id_to_piece(self, token_id: int) -> str:
+        """The subword string of one id (for attention plots)."""
+        raise NotImplementedError
+
     def save(self, directory: str | os.PathLike) -> None:
         raise NotImplementedError
 
@@ -87,9 +91,7 @@ class SentencePieceTokenizer(SubwordTokenizer):
         import sentencepiece
 
         self.model_proto = model_proto
-        self._processor = sentencepiece.SentencePieceProcessor(
-            model_proto=model_proto
-        )
+        self._processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
         if self._processor.pad_id() != PAD_ID or self._processor.eos_id() != EOS_ID:
             raise ValueError(
                 "SentencePiece model has reserved ids "
@@ -130,6 +132,9 @@ class SentencePieceTokenizer(SubwordTokenizer):
 
     def _decode(self, ids: list[list[int]]) -> list[str]:
         return self._processor.decode(ids)
+
+    def id_to_piece(self, token_id: int) -> str:
+        return self._processor.id_to_piece(int(token_id))
 
     def save(self, directory: str | os.PathLike) -> None:
         directory = Path(directory)
@@ -180,6 +185,9 @@ class WordPieceTokenizer(SubwordTokenizer):
     @property
     def vocab_size(self) -> int:
         return len(self.vocabulary)
+
+    def id_to_piece(self, token_id: int) -> str:
+        return self.vocabulary[int(token_id)]
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         if not texts:

@@ -74,8 +74,7 @@ class ScaledDotProductAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         if not 0.0 <= dropout_rate < 1.0:
             raise ValueError(
-                "dropout_rate must be in [0, 1). "
-                f"Received: dropout_rate={dropout_rate}"
+                f"dropout_rate must be in [0, 1). Received: dropout_rate={dropout_rate}"
             )
         self.dropout_rate = dropout_rate
         self.weights_dropout = keras.layers.Dropout(

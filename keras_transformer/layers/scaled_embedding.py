@@ -54,9 +54,7 @@ class ScaledEmbedding(keras.layers.Layer):
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(self.vocab_size, self.model_dim),
-            initializer=keras.initializers.RandomNormal(
-                stddev=self.model_dim**-0.5
-            ),
+            initializer=keras.initializers.RandomNormal(stddev=self.model_dim**-0.5),
         )
         self.built = True
 

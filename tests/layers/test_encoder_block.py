@@ -8,12 +8,12 @@ import pytest
 from keras_transformer.layers import EncoderBlock
 from tests.helpers import assert_layer_contract, to_numpy
 
-B, S, D, H, F = 2, 5, 16, 4, 32
+B, S, D, H, F = 2, 6, 16, 4, 32
 
 
 def inputs_and_mask(seed=0):
     x = np.random.default_rng(seed).normal(size=(B, S, D)).astype("float32")
-    valid = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+    valid = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]], bool)
     mask = np.broadcast_to(valid[:, None, :], (B, S, S)).copy()
     return x, mask
 

@@ -9,7 +9,7 @@ import pytest
 from keras_transformer.layers import MultiHeadAttention
 from tests.helpers import assert_layer_contract, to_numpy
 
-B, T, S, D, H = 2, 3, 5, 16, 4
+B, T, S, D, H = 2, 4, 6, 16, 4
 K = D // H
 
 
@@ -116,9 +116,7 @@ def keras_mha_with_our_weights(layer, query, value):
     return reference
 
 
-@pytest.mark.parametrize(
-    "kind", ["self", "self_masked", "cross", "cross_masked"]
-)
+@pytest.mark.parametrize("kind", ["self", "self_masked", "cross", "cross_masked"])
 def test_matches_keras_multi_head_attention(kind):
     query, memory = random_inputs(3)
     value = query if kind.startswith("self") else memory

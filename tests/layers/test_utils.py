@@ -31,7 +31,9 @@ def test_post_norm_residual():
     )
     assert extra == "extra"
     np.testing.assert_allclose(sublayer.seen, x)
-    np.testing.assert_allclose(to_numpy(output), _norm_reference(3 * x, 1e-6), atol=1e-5)
+    np.testing.assert_allclose(
+        to_numpy(output), _norm_reference(3 * x, 1e-6), atol=1e-5
+    )
 
 
 def test_pre_norm_residual():

@@ -1,0 +1,134 @@
+"""`keras-transformer translate` and `evaluate` on a hand-made run directory
+(a tiny SentencePiece tokenizer and an untrained tiny model)."""
+
+from __future__ import annotations
+
+import random
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import build_transformer
+from keras_transformer.cli import main
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data.tokenizer import load_tokenizer, train_tokenizer
+from keras_transformer.translator import Translator
+from tests.helpers import small_config
+
+WORDS = (
+    "the a dog cat bird man woman child sees likes eats sleeps runs red big "
+    "small old house garden ball tree water"
+).split()
+MAX_EXTRA = 3
+INPUT_LINES = ["the dog sleeps.", "", "the old man likes the garden.", "water."]
+
+
+def make_corpus(size=300, seed=0):
+    rng = random.Random(seed)
+    return [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7))) + "."
+        for _ in range(size)
+    ]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """R/tokenizer and R/model.keras. The model never emits EOS (nor PAD,
+    UNK, BOS), so each output has source length + MAX_EXTRA tokens and
+    differs from line to line."""
+    run = tmp_path_factory.mktemp("run")
+    tokenizer = train_tokenizer(make_corpus(), 100)
+    tokenizer.save(run / "tokenizer")
+    config = small_config(
+        vocab_size=tokenizer.vocab_size,
+        d_model=16,
+        d_ff=32,
+        num_heads=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        tie_output_projection=False,
+    )
+    # Module fixtures run before the per-test seed: seed here.
+    keras.utils.set_random_seed(0)
+    model = build_transformer(config)
+    bias = model.get_layer("output_projection").bias
+    values = np.zeros(tuple(bias.shape), np.float32)
+    values[[PAD_ID, UNK_ID, BOS_ID, EOS_ID]] = -20.0
+    bias.assign(values)
+    model.save(run / "model.keras")
+    return run
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_translate_prints_one_line_per_input_line_in_order(run_dir, tmp_path, capsys):
+    source = write_lines(tmp_path / "input.txt", INPUT_LINES)
+    argv = ["translate", "--run-dir", str(run_dir), "--input", str(source)]
+    argv += ["--beam-size", "1", "--max-extra-length", str(MAX_EXTRA)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.split("\n")
+    assert printed[-1] == ""  # Every line ends with a newline.
+    lines = printed[:-1]
+    assert len(lines) == len(INPUT_LINES)
+    assert lines[1] == ""
+    assert all(lines[i] for i in (0, 2, 3))
+    assert len(set(lines)) == len(lines)
+    # The same as the run's model and tokenizer translating in-process.
+    model = keras.saving.load_model(run_dir / "model.keras", compile=False)
+    translator = Translator(
+        model,
+        load_tokenizer(run_dir / "tokenizer"),
+        beam_size=1,
+        max_extra_length=MAX_EXTRA,
+        batch_size=4,
+        jit=False,
+    )
+    assert lines == translator(INPUT_LINES)
+
+
+def test_translate_without_a_model_is_an_error(tmp_path, capsys):
+    source = write_lines(tmp_path / "input.txt", ["a dog."])
+    argv = ["translate", "--run-dir", str(tmp_path), "--input", str(source)]
+    assert main(argv) == 2
+    assert "model.keras not found" in capsys.readouterr().err
+
+
+def test_evaluate_line_count_mismatch_names_both_counts(tmp_path, capsys):
+    hyp = write_lines(tmp_path / "hyp.txt", ["a", "b", "c"])
+    ref = write_lines(tmp_path / "ref.txt", ["a", "b"])
+    argv = ["evaluate", "--run-dir", str(tmp_path), "--hyp", str(hyp)]
+    assert main(argv + ["--ref", str(ref)]) == 2
+    error = capsys.readouterr().err
+    assert "keras-transformer evaluate: error:" in error
+    assert "3 hypotheses" in error and "2 references" in error
+
+
+def test_evaluate_source_reference_mismatch_fails_before_translating(tmp_path, capsys):
+    src = write_lines(tmp_path / "src.txt", ["a", "b"])
+    ref = write_lines(tmp_path / "ref.txt", ["a", "b", "c", "d"])
+    argv = ["evaluate", "--run-dir", str(tmp_path), "--src", str(src)]
+    assert main(argv + ["--ref", str(ref)]) == 2  # No model there: not loaded.
+    error = capsys.readouterr().err
+    assert "2 lines" in error and "has 4" in error
+
+
+def test_evaluate_hypotheses_equal_to_references_is_bleu_100(tmp_path, capsys):
+    lines = ["The cat sat on the mat.", "A well-known dog runs in the garden."]
+    ref = write_lines(tmp_path / "ref.txt", lines)
+    hyp = write_lines(tmp_path / "hyp.txt", lines)
+    argv = ["evaluate", "--run-dir", str(tmp_path), "--hyp", str(hyp)]
+    assert main(argv + ["--ref", str(ref), "--paper-bleu"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("sacreBLEU 100.00 (")
+    assert "tok:13a" in printed[0]
+    assert printed[1].startswith("100.00 tokenized BLEU")
+
+
+def test_evaluate_without_src_or_hyp_is_an_error(tmp_path, capsys):
+    ref = write_lines(tmp_path / "ref.txt", ["a"])
+    assert main(["evaluate", "--run-dir", str(tmp_path), "--ref", str(ref)]) == 2
+    assert "--src" in capsys.readouterr().err

@@ -1,0 +1,274 @@
+"""`SequenceGenerator` on a tiny Transformer: cached vs full recomputation,
+compiled vs eager, beam size 1 vs greedy, output invariants."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_transformer import build_transformer, decoding
+from keras_transformer.compile import compile_function
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.generate import (
+    SequenceGenerator,
+    cached_step_fn,
+    uncached_step_fn,
+)
+from tests.helpers import small_config
+
+# Rows of different real lengths, and an all-pad row (batch completion).
+SOURCE = np.array([[5, 9, 12, 7, 30], [8, 4, 0, 0, 0], [0, 0, 0, 0, 0]], np.int32)
+MAX_EXTRA = 4
+MAX_LENGTH = SOURCE.shape[1] + MAX_EXTRA
+LIMITS = [5 + MAX_EXTRA, 2 + MAX_EXTRA, 1]
+EOS_BIAS = 2.0  # With seed 0: greedy ends row 1 with EOS, cuts row 0.
+
+
+def set_seeded_weights(model, seed, eos_bias):
+    """Weights from a NumPy seed (the same model on every backend); PAD, UNK
+    and BOS made unlikely, EOS biased so that some rows end early."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for variable in model.weights:
+        shape = tuple(variable.shape)
+        if variable.path.endswith("gamma"):
+            value = np.ones(shape)
+        elif variable.path.endswith("beta"):
+            value = np.zeros(shape)
+        elif len(shape) == 1:
+            value = rng.normal(size=shape) * 0.1
+        else:
+            value = rng.normal(size=shape) / np.sqrt(shape[0])
+        if variable.path == "output_projection/bias":
+            value[[PAD_ID, 1, BOS_ID]] = -10.0
+            value[EOS_ID] = eos_bias
+        values.append(value.astype("float32"))
+    model.set_weights(values)
+
+
+@pytest.fixture(scope="module")
+def model():
+    config = small_config(
+        vocab_size=40,
+        d_model=16,
+        d_ff=32,
+        num_heads=2,
+        num_encoder_layers=1,
+        num_decoder_layers=2,
+        tie_output_projection=False,
+    )
+    model = build_transformer(config)
+    set_seeded_weights(model, seed=0, eos_bias=EOS_BIAS)
+    return model
+
+
+@pytest.fixture(scope="module")
+def decoded(model):
+    """decoded(beam_size, cached, jit) -> (sequences, scores), computed once
+    per module (each compiled variant compiles once)."""
+    results = {}
+
+    def get(beam_size, cached, jit):
+        key = (beam_size, cached, jit)
+        if key not in results:
+            generator = SequenceGenerator(
+                model,
+                beam_size=beam_size,
+                max_extra_length=MAX_EXTRA,
+                cached=cached,
+                jit=jit,
+            )
+            results[key] = generator(SOURCE)
+        return results[key]
+
+    return get
+
+
+def real_tokens(row):
+    row = [int(t) for t in row]
+    if EOS_ID in row:
+        return row[: row.index(EOS_ID) + 1]
+    nonpad = [i for i, t in enumerate(row) if t != PAD_ID]
+    return row[: nonpad[-1] + 1] if nonpad else []
+
+
+# --- step functions: cached vs full recomputation ----------------------------------
+
+# A fixed decoder input per row: BOS, then arbitrary non-PAD tokens (a live
+# hypothesis never feeds PAD), EOS included.
+STEP_TOKENS = np.array(
+    [
+        [BOS_ID, 7, 12, EOS_ID, 9, 30, 30, 4, 11],
+        [BOS_ID, 4, 4, 8, 21, 5, 6, 7, 8],
+        [BOS_ID, 6, 19, 25, 3, 3, 4, 5, 39],
+    ],
+    np.int32,
+)
+
+
+def _teacher_forced_logits(model, source_ids, tokens):
+    """Logits for every position of `tokens` (B, T) three ways: the cached
+    step_fn and the uncached step_fn fed one token per step, and the decoder
+    run once on the whole input. Three (B, T, V) tensors."""
+    batch_size, steps = tokens.shape
+    memory = model.encode(source_ids)
+    cached = cached_step_fn(model, source_ids, memory)
+    uncached = uncached_step_fn(model, source_ids, memory)
+    vocab_size = model.config.output_vocab_size
+
+    def body(step, carry):
+        cache, buffer, cached_out, uncached_out = carry
+        current = ops.slice(tokens, [0, step], [batch_size, 1])
+        logits, cache = cached(current, step, cache)
+        cached_out = ops.slice_update(cached_out, [0, step, 0], logits[:, None])
+        logits, buffer = uncached(current, step, buffer)
+        uncached_out = ops.slice_update(uncached_out, [0, step, 0], logits[:, None])
+        return cache, buffer, cached_out, uncached_out
+
+    empty = ops.zeros((batch_size, steps, vocab_size), "float32")
+    carry = (
+        model.init_decode_cache(batch_size, steps),
+        ops.full((batch_size, steps + 1), BOS_ID, "int32"),
+        empty,
+        empty,
+    )
+    _, _, cached_out, uncached_out = ops.fori_loop(0, steps, body, carry)
+    return cached_out, uncached_out, model.decode(tokens, memory, source_ids)
+
+
+@pytest.fixture(scope="module")
+def fast(model):
+    """fast(fn)(*arrays) -> NumPy outputs, run the cheap way for the backend:
+    compiled on JAX (whose eager mode compiles every op), eager on TensorFlow
+    (where XLA compilation costs more than the run)."""
+
+    def wrap(fn):
+        if keras.backend.backend() == "jax":
+            fn = compile_function(fn, model)
+
+        def call(*arrays):
+            tensors = [ops.convert_to_tensor(np.asarray(a, np.int32)) for a in arrays]
+            return [ops.convert_to_numpy(x) for x in keras.tree.flatten(fn(*tensors))]
+
+        return call
+
+    return wrap
+
+
+def test_cached_step_logits_match_full_recomputation(model, fast):
+    run = fast(lambda source, tokens: _teacher_forced_logits(model, source, tokens))
+    cached, uncached, full = run(SOURCE, STEP_TOKENS)
+    assert cached.shape == STEP_TOKENS.shape + (40,)
+    assert np.all(np.isfinite(cached))
+    for step in range(STEP_TOKENS.shape[1]):
+        np.testing.assert_allclose(
+            cached[:, step], uncached[:, step], atol=1e-4, rtol=0, err_msg=f"{step}"
+        )
+    np.testing.assert_allclose(uncached, full, atol=1e-4, rtol=0)
+    # The logits depend on the prefix, so the cache is really read.
+    assert np.abs(cached[:, 1:] - cached[:, :1]).max() > 1e-2
+
+
+# --- whole searches: cached/uncached x compiled/eager ------------------------------
+
+
+@pytest.mark.parametrize("beam_size", [1, 3], ids=["greedy", "beam3"])
+def test_cached_uncached_compiled_eager_give_same_output(decoded, beam_size):
+    reference_tokens, reference_scores = decoded(beam_size, True, True)
+    assert reference_tokens.shape == (3, beam_size, MAX_LENGTH)
+    assert reference_scores.shape == (3, beam_size)
+    for cached, jit in [(False, True), (True, False), (False, False)]:
+        tokens, scores = decoded(beam_size, cached, jit)
+        what = f"cached={cached} jit={jit}"
+        np.testing.assert_array_equal(tokens, reference_tokens, err_msg=what)
+        np.testing.assert_allclose(
+            scores, reference_scores, atol=1e-4, rtol=0, err_msg=what
+        )
+
+
+def test_model_outputs_exercise_eos_and_limit(decoded):
+    """Guard: greedy ends one row with EOS before its limit and cuts another
+    at its limit, and beam search finds a better hypothesis than greedy."""
+    tokens, _ = decoded(1, True, True)
+    row0, row1 = real_tokens(tokens[0, 0]), real_tokens(tokens[1, 0])
+    assert row0[-1] != EOS_ID and len(row0) == LIMITS[0]
+    assert row1[-1] == EOS_ID and 1 < len(row1) < LIMITS[1]
+    beam_tokens, _ = decoded(3, True, True)
+    assert real_tokens(beam_tokens[1, 0]) != row1
+
+
+@pytest.mark.parametrize("beam_size", [1, 3], ids=["greedy", "beam3"])
+def test_outputs_end_at_eos_and_respect_row_limits(decoded, beam_size):
+    tokens, scores = decoded(beam_size, True, True)
+    for row, limit in enumerate(LIMITS):
+        for hypothesis in tokens[row]:
+            kept = real_tokens(hypothesis)
+            assert 1 <= len(kept) <= limit, (row, hypothesis)
+            assert np.all(hypothesis[len(kept) :] == PAD_ID), (row, hypothesis)
+        assert np.all(np.diff(scores[row]) <= 0), scores[row]
+    assert np.all(tokens[2, :, 1:] == PAD_ID)  # All-pad row: one token.
+    assert np.all(np.isfinite(scores))
+
+
+def test_beam_scores_are_penalised_log_probs_of_their_sequences(model, decoded, fast):
+    """Each returned score equals log P(Y | X) / lp(|Y|) recomputed by the
+    teacher-forced decoder on the row's own source (beams see their source)."""
+    alpha = 0.6  # SequenceGenerator's default.
+    tokens, scores = decoded(3, True, True)
+    batch, k, length = tokens.shape
+    hypotheses = tokens.reshape(batch * k, length)
+    inputs = np.concatenate([np.full((batch * k, 1), BOS_ID), hypotheses[:, :-1]], 1)
+    sources = np.repeat(SOURCE, k, axis=0)
+    decode = fast(lambda src, tgt: model.decode(tgt, model.encode(src), src))
+    (logits,) = decode(sources, inputs)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    for n, hypothesis in enumerate(hypotheses):
+        kept = real_tokens(hypothesis)
+        total = sum(log_probs[n, i, t] for i, t in enumerate(kept))
+        expected = total / ((5 + len(kept)) / 6) ** alpha
+        np.testing.assert_allclose(scores[n // k, n % k], expected, atol=1e-4)
+
+
+# --- beam size 1 is greedy ----------------------------------------------------------
+
+
+def test_beam_size_one_without_length_penalty_equals_greedy_search(model):
+    source = ops.convert_to_tensor(SOURCE)
+    limits = decoding.output_limits(source, MAX_EXTRA)
+    memory = model.encode(source)
+    step_fn = cached_step_fn(model, source, memory)
+
+    def fresh_cache():
+        return model.init_decode_cache(SOURCE.shape[0], MAX_LENGTH)
+
+    greedy_tokens, greedy_scores = decoding.greedy_search(
+        step_fn, fresh_cache(), limits, MAX_LENGTH
+    )
+    beam_tokens, beam_scores = decoding.beam_search(
+        step_fn, fresh_cache(), limits, MAX_LENGTH, beam_size=1, alpha=0.0
+    )
+    greedy_tokens = ops.convert_to_numpy(greedy_tokens)
+    beam_tokens = ops.convert_to_numpy(beam_tokens)
+    assert beam_tokens.shape == (3, 1, MAX_LENGTH)
+    np.testing.assert_array_equal(beam_tokens[:, 0], greedy_tokens)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(beam_scores)[:, 0],
+        ops.convert_to_numpy(greedy_scores),
+        atol=1e-5,
+    )
+    # The rows really differ: different lengths, different outputs.
+    assert len(real_tokens(greedy_tokens[0])) != len(real_tokens(greedy_tokens[1]))
+
+
+# --- arguments ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"beam_size": 0}, {"beam_size": 2.0}, {"alpha": -0.1}, {"max_extra_length": 0}],
+)
+def test_generator_rejects_bad_arguments(model, kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        SequenceGenerator(model, jit=False, **kwargs)

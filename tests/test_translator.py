@@ -1,0 +1,171 @@
+"""`Translator`: strings in, strings out, in order, with batch completion;
+attention weights for plots. A real tiny SentencePiece tokenizer and an
+untrained tiny model: the translations are junk, so the tests check
+structure, order and determinism, not quality."""
+
+from __future__ import annotations
+
+import random
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import build_transformer
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data.tokenizer import train_tokenizer
+from keras_transformer.translator import Translator
+from tests.helpers import small_config
+
+WORDS = (
+    "the a dog cat bird man woman child sees likes eats sleeps runs red big "
+    "small old house garden ball tree water"
+).split()
+MAX_EXTRA = 3
+# Token lengths 4, 7 and 2: every output has its own length (see `model`).
+SENTENCES = ["the dog sleeps.", "the old man likes the garden.", "water."]
+
+
+def make_corpus(size=300, seed=0):
+    rng = random.Random(seed)
+    return [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7))) + "."
+        for _ in range(size)
+    ]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(make_corpus(), 100)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    """Untrained, but never emits EOS (nor PAD/UNK/BOS): each output is
+    exactly source length + MAX_EXTRA tokens, which pins outputs to inputs."""
+    config = small_config(
+        vocab_size=tokenizer.vocab_size,
+        d_model=16,
+        d_ff=32,
+        num_heads=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        tie_output_projection=False,
+    )
+    # Module fixtures run before the per-test seed: seed here.
+    keras.utils.set_random_seed(0)
+    model = build_transformer(config)
+    bias = model.get_layer("output_projection").bias
+    values = np.zeros(tuple(bias.shape), np.float32)
+    values[[PAD_ID, UNK_ID, BOS_ID, EOS_ID]] = -20.0
+    bias.assign(values)
+    return model
+
+
+@pytest.fixture(scope="module")
+def translators(model, tokenizer):
+    """translators(batch_size) -> greedy Translator, one per batch size (each
+    compiles its search once)."""
+    made = {}
+
+    def get(batch_size):
+        if batch_size not in made:
+            made[batch_size] = Translator(
+                model,
+                tokenizer,
+                beam_size=1,
+                max_extra_length=MAX_EXTRA,
+                batch_size=batch_size,
+            )
+        return made[batch_size]
+
+    return get
+
+
+def test_outputs_follow_input_order_with_blank_lines(translators, tokenizer):
+    translator = translators(2)
+    texts = [SENTENCES[0], "", SENTENCES[1], "   ", SENTENCES[2]]
+    ids = translator.translate_ids(texts)
+    lengths = [len(tokenizer.encode([t])[0]) for t in SENTENCES]
+    assert len(set(lengths)) == len(lengths)  # Distinct: the check is sharp.
+    expected = [lengths[0] + MAX_EXTRA, 0, lengths[1] + MAX_EXTRA, 0]
+    assert [len(x) for x in ids] == expected + [lengths[2] + MAX_EXTRA]
+    assert all(PAD_ID not in x for x in ids)
+
+    outputs = translator(texts)
+    assert isinstance(outputs, list) and len(outputs) == len(texts)
+    assert all(isinstance(o, str) for o in outputs)
+    assert outputs[1] == "" and outputs[3] == ""
+    assert all(outputs[i] for i in (0, 2, 4))
+    assert outputs == [tokenizer.detokenize([x])[0] if len(x) else "" for x in ids]
+    # Each sentence alone gives the same as within the batch, and the
+    # reversed input gives the reversed output.
+    for text, output in zip(texts, outputs):
+        assert translator([text]) == [output]
+    assert translator(texts[::-1]) == outputs[::-1]
+
+
+def test_translate_is_deterministic_and_handles_no_input(translators):
+    translator = translators(2)
+    assert translator(SENTENCES) == translator(SENTENCES)
+    assert translator([]) == []
+    assert translator(["", "  "]) == ["", ""]
+
+
+def test_batch_completion_does_not_change_results(translators):
+    """3 sentences: two batches of 2 (one completed with an empty row) or
+    one batch of 8 (five empty rows) give the same translations."""
+    small, large = translators(2), translators(8)
+    small_ids = small.translate_ids(SENTENCES)
+    large_ids = large.translate_ids(SENTENCES)
+    for a, b in zip(small_ids, large_ids):
+        np.testing.assert_array_equal(a, b)
+    assert small(SENTENCES) == large(SENTENCES)
+
+
+def _check_attention(weights, tokenizer, model, source, target_ids):
+    heads = model.config.num_heads
+    source_length = len(tokenizer.encode([source])[0])
+    target_length = 1 + len(target_ids)  # BOS + target.
+    expected = {
+        "encoder_self_attention": (heads, source_length, source_length),
+        "decoder_self_attention": (heads, target_length, target_length),
+        "cross_attention": (heads, target_length, source_length),
+    }
+    layers = {
+        "encoder_self_attention": model.config.num_encoder_layers,
+        "decoder_self_attention": model.config.num_decoder_layers,
+        "cross_attention": model.config.num_decoder_layers,
+    }
+    for name, shape in expected.items():
+        assert len(weights[name]) == layers[name], name
+        for layer in weights[name]:
+            assert isinstance(layer, np.ndarray)
+            assert layer.shape == shape, name
+            assert np.all(layer >= 0)
+            np.testing.assert_allclose(layer.sum(-1), 1.0, atol=1e-5, err_msg=name)
+    # Causal: no decoder position attends to a later one.
+    for layer in weights["decoder_self_attention"]:
+        assert np.allclose(np.triu(layer, k=1), 0.0, atol=1e-6)
+    assert len(weights["source_tokens"]) == source_length
+    assert weights["target_tokens"][0] == "<s>"
+    assert len(weights["target_tokens"]) == target_length
+
+
+def test_attention_weights_for_given_target(translators, tokenizer, model):
+    # Same source and target lengths as the test below (shared shapes).
+    source, target = SENTENCES[0], SENTENCES[1]
+    weights = translators(2).attention_weights(source, target)
+    _check_attention(weights, tokenizer, model, source, tokenizer.encode([target])[0])
+    assert weights["source_tokens"] == [
+        tokenizer.id_to_piece(i) for i in tokenizer.encode([source])[0]
+    ]
+
+
+def test_attention_weights_translate_when_no_target(translators, tokenizer, model):
+    translator = translators(2)
+    source = SENTENCES[0]
+    weights = translator.attention_weights(source)
+    translation = translator([source])[0]
+    target_ids = tokenizer.encode([translation])[0]
+    _check_attention(weights, tokenizer, model, source, target_ids)
