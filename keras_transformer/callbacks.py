@@ -50,8 +50,14 @@ class StepCheckpoints(keras.callbacks.Callback):
             old.unlink()
         return path
 
+    def on_train_begin(self, logs=None):
+        self._batches = 0
+
     def on_train_batch_end(self, batch, logs=None):
-        if self.every and self._step() % self.every == 0:
+        # Count here instead of reading optimizer.iterations every batch: a
+        # read forces a device sync (and a state sync on JAX) per step.
+        self._batches += 1
+        if self.every and self._batches % self.every == 0:
             self.save()
 
     def on_train_end(self, logs=None):

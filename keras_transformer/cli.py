@@ -90,7 +90,9 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-minutes", type=float)
     parser.add_argument("--learning-rate-scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval-every", type=int, default=0)
+    parser.add_argument(
+        "--eval-every", type=int, default=500, help="dev-subset BLEU every N steps"
+    )
     parser.add_argument("--checkpoint-every", type=int, default=500)
     parser.add_argument("--keep-checkpoints", type=int, default=5)
     parser.add_argument("--beam-size", type=int, default=4, help="for the test score")

@@ -186,9 +186,11 @@ def train(options: TrainOptions) -> TrainResult:
         f"target tokens/epoch, backend {keras.backend.backend()}"
     )
     limit = TrainingLimit(max_steps=options.max_steps, max_minutes=options.max_minutes)
-    # Greedy during training (cheap); the test set below uses beam search.
+    # Greedy and eager during training: for a small subset a few hundred
+    # eager steps cost less than compiling the decode loop for each shape.
+    # The test set below uses compiled beam search.
     dev_translator = Translator(
-        model, tokenizer, beam_size=1, batch_size=options.test_batch_size
+        model, tokenizer, beam_size=1, batch_size=options.test_batch_size, jit=False
     )
     callbacks = [
         limit,

@@ -6,7 +6,7 @@ import keras
 
 from keras_transformer.layers.encoder_block import EncoderBlock
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
-from keras_transformer.layers.utils import clone_initializer, layer_norm, residual
+from keras_transformer.layers.utils import clone_initializer, layer_norm
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -57,30 +57,9 @@ class DecoderBlock(EncoderBlock):
         self.cross_attention_norm.build(inputs_shape)
 
     def _forward(self, inputs, self_attend, cross_attend, training):
-        x, self_extra = residual(
-            inputs,
-            self_attend,
-            self.self_attention_norm,
-            self.self_attention_dropout,
-            norm_first=self.norm_first,
-            training=training,
-        )
-        x, cross_weights = residual(
-            x,
-            cross_attend,
-            self.cross_attention_norm,
-            self.cross_attention_dropout,
-            norm_first=self.norm_first,
-            training=training,
-        )
-        x, _ = residual(
-            x,
-            lambda hidden: (self.feed_forward(hidden, training=training), None),
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
-            norm_first=self.norm_first,
-            training=training,
-        )
+        x, self_extra = self._sublayer(inputs, self_attend, "self_attention", training)
+        x, cross_weights = self._sublayer(x, cross_attend, "cross_attention", training)
+        x = self._feed_forward_sublayer(x, training)
         return x, self_extra, cross_weights
 
     def call(

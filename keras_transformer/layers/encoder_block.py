@@ -109,23 +109,27 @@ class EncoderBlock(keras.layers.Layer):
                 return_attention_weights=True,
             )
 
-        x, weights = residual(
-            inputs,
-            self_attend,
-            self.self_attention_norm,
-            self.self_attention_dropout,
-            norm_first=self.norm_first,
-            training=training,
-        )
-        x, _ = residual(
-            x,
-            lambda hidden: (self.feed_forward(hidden, training=training), None),
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
-            norm_first=self.norm_first,
-            training=training,
-        )
+        x, weights = self._sublayer(inputs, self_attend, "self_attention", training)
+        x = self._feed_forward_sublayer(x, training)
         return (x, weights) if return_attention_weights else x
+
+    def _sublayer(self, inputs, sublayer, role: str, training):
+        """Residual sub-layer `role` ("self_attention", ...) around `sublayer`,
+        which returns (output, extra); returns (new inputs, extra)."""
+        return residual(
+            inputs,
+            sublayer,
+            getattr(self, f"{role}_norm"),
+            getattr(self, f"{role}_dropout"),
+            norm_first=self.norm_first,
+            training=training,
+        )
+
+    def _feed_forward_sublayer(self, inputs, training):
+        def feed_forward(hidden):
+            return self.feed_forward(hidden, training=training), None
+
+        return self._sublayer(inputs, feed_forward, "feed_forward", training)[0]
 
     def compute_output_shape(self, input_shape):
         return input_shape
