@@ -231,6 +231,8 @@ def train(options: TrainOptions) -> TrainResult:
         validation_data=None if validation is None else validation.for_fit(),
         epochs=options.epochs,
         callbacks=callbacks,
+        # BucketedBatches shuffles itself, seeded by (seed, epoch).
+        shuffle=False,
         verbose=2,
     )
     steps = int(keras.ops.convert_to_numpy(model.optimizer.iterations))
