@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import random
 import tempfile
 
 import keras
 import numpy as np
 
-from keras_transformer import TransformerConfig
+from keras_transformer import TransformerConfig, build_transformer
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 def small_config(**overrides) -> TransformerConfig:
@@ -149,3 +151,41 @@ def predict_logits(model, source_ids, target_ids):
     if keras.backend.backend() == "jax":
         return np.asarray(model.predict_on_batch(inputs))
     return to_numpy(model(inputs, training=False))
+
+
+TOY_WORDS = (
+    "the a dog cat bird man woman child sees likes eats sleeps runs red big "
+    "small old house garden ball tree water"
+).split()
+
+
+def make_corpus(size: int = 300, seed: int = 0) -> list[str]:
+    """Random short sentences over TOY_WORDS, for tiny tokenizers."""
+    rng = random.Random(seed)
+    return [
+        " ".join(rng.choice(TOY_WORDS) for _ in range(rng.randint(2, 7))) + "."
+        for _ in range(size)
+    ]
+
+
+def no_eos_model(vocab_size: int):
+    """An untrained 1 + 1 layer model that never emits EOS (nor PAD, UNK,
+    BOS): every output runs to its length limit, source length + extra, so
+    outputs are tied to their inputs. Seeds itself (module fixtures run
+    before the per-test seed)."""
+    config = small_config(
+        vocab_size=vocab_size,
+        d_model=16,
+        d_ff=32,
+        num_heads=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        tie_output_projection=False,
+    )
+    keras.utils.set_random_seed(0)
+    model = build_transformer(config)
+    bias = model.get_layer("output_projection").bias
+    values = np.zeros(tuple(bias.shape), np.float32)
+    values[[PAD_ID, UNK_ID, BOS_ID, EOS_ID]] = -20.0
+    bias.assign(values)
+    return model

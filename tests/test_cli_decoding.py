@@ -3,33 +3,16 @@
 
 from __future__ import annotations
 
-import random
-
 import keras
-import numpy as np
 import pytest
 
-from keras_transformer import build_transformer
 from keras_transformer.cli import main
-from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.tokenizer import load_tokenizer, train_tokenizer
 from keras_transformer.translator import Translator
-from tests.helpers import small_config
+from tests.helpers import make_corpus, no_eos_model
 
-WORDS = (
-    "the a dog cat bird man woman child sees likes eats sleeps runs red big "
-    "small old house garden ball tree water"
-).split()
 MAX_EXTRA = 3
 INPUT_LINES = ["the dog sleeps.", "", "the old man likes the garden.", "water."]
-
-
-def make_corpus(size=300, seed=0):
-    rng = random.Random(seed)
-    return [
-        " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7))) + "."
-        for _ in range(size)
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -40,22 +23,7 @@ def run_dir(tmp_path_factory):
     run = tmp_path_factory.mktemp("run")
     tokenizer = train_tokenizer(make_corpus(), 100)
     tokenizer.save(run / "tokenizer")
-    config = small_config(
-        vocab_size=tokenizer.vocab_size,
-        d_model=16,
-        d_ff=32,
-        num_heads=2,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        tie_output_projection=False,
-    )
-    # Module fixtures run before the per-test seed: seed here.
-    keras.utils.set_random_seed(0)
-    model = build_transformer(config)
-    bias = model.get_layer("output_projection").bias
-    values = np.zeros(tuple(bias.shape), np.float32)
-    values[[PAD_ID, UNK_ID, BOS_ID, EOS_ID]] = -20.0
-    bias.assign(values)
+    model = no_eos_model(tokenizer.vocab_size)
     model.save(run / "model.keras")
     return run
 

@@ -5,33 +5,17 @@ structure, order and determinism, not quality."""
 
 from __future__ import annotations
 
-import random
-
-import keras
 import numpy as np
 import pytest
 
-from keras_transformer import build_transformer
-from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.config import PAD_ID
 from keras_transformer.data.tokenizer import train_tokenizer
 from keras_transformer.translator import Translator
-from tests.helpers import small_config
+from tests.helpers import make_corpus, no_eos_model
 
-WORDS = (
-    "the a dog cat bird man woman child sees likes eats sleeps runs red big "
-    "small old house garden ball tree water"
-).split()
 MAX_EXTRA = 3
 # Token lengths 4, 7 and 2: every output has its own length (see `model`).
 SENTENCES = ["the dog sleeps.", "the old man likes the garden.", "water."]
-
-
-def make_corpus(size=300, seed=0):
-    rng = random.Random(seed)
-    return [
-        " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 7))) + "."
-        for _ in range(size)
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -43,23 +27,7 @@ def tokenizer():
 def model(tokenizer):
     """Untrained, but never emits EOS (nor PAD/UNK/BOS): each output is
     exactly source length + MAX_EXTRA tokens, which pins outputs to inputs."""
-    config = small_config(
-        vocab_size=tokenizer.vocab_size,
-        d_model=16,
-        d_ff=32,
-        num_heads=2,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        tie_output_projection=False,
-    )
-    # Module fixtures run before the per-test seed: seed here.
-    keras.utils.set_random_seed(0)
-    model = build_transformer(config)
-    bias = model.get_layer("output_projection").bias
-    values = np.zeros(tuple(bias.shape), np.float32)
-    values[[PAD_ID, UNK_ID, BOS_ID, EOS_ID]] = -20.0
-    bias.assign(values)
-    return model
+    return no_eos_model(tokenizer.vocab_size)
 
 
 @pytest.fixture(scope="module")
