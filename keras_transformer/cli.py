@@ -170,9 +170,9 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read_lines(path: str) -> list[str]:
-    from keras_transformer.data.sources import read_parallel_files
+    from keras_transformer.data.sources import read_text_lines
 
-    return read_parallel_files(path, path).source
+    return read_text_lines(path)
 
 
 def _translate(args: argparse.Namespace) -> int:

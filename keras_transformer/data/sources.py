@@ -223,6 +223,17 @@ def _warn_replaced(path: Path, bad_lines: list[int]) -> None:
         )
 
 
+def read_text_lines(
+    path: str | os.PathLike[str], *, lenient_utf8: bool = False
+) -> list[str]:
+    """Every line of one text file (plain or gzip), with the same handling of
+    line ends, BOM and invalid UTF-8 as `read_parallel_files`."""
+    path = Path(path)
+    lines, bad = _read_lines(path, lenient_utf8)
+    _warn_replaced(path, bad)
+    return lines
+
+
 def read_parallel_files(
     source_path: str | os.PathLike[str],
     target_path: str | os.PathLike[str],
