@@ -1,17 +1,51 @@
-"""keras-transformer: the Transformer of "Attention Is All You Need" in Keras 3."""
+"""keras-transformer: the Transformer of "Attention Is All You Need" in Keras 3.
 
-from keras_transformer import layers, masks
-from keras_transformer.config import PAD_ID, PRESETS, TransformerConfig
-from keras_transformer.model import Transformer, build_transformer
+The public names below load on first use, so `import keras_transformer` (and
+the command line's start) does not import Keras, TensorFlow or JAX until
+something needs them.
+"""
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-__all__ = [
-    "PAD_ID",
-    "PRESETS",
-    "Transformer",
-    "TransformerConfig",
-    "build_transformer",
-    "layers",
-    "masks",
-]
+import importlib
+
+from keras_transformer.version import __version__  # noqa: F401 - in __all__
+
+_EXPORTS = {
+    "LabelSmoothedCrossEntropy": "keras_transformer.losses",
+    "MaskedTokenAccuracy": "keras_transformer.metrics",
+    "PAD_ID": "keras_transformer.config",
+    "PRESETS": "keras_transformer.config",
+    "PerUpdateSchedule": "keras_transformer.schedules",
+    "SequenceGenerator": "keras_transformer.generate",
+    "TokenCrossEntropy": "keras_transformer.metrics",
+    "TokenPerplexity": "keras_transformer.metrics",
+    "Transformer": "keras_transformer.model",
+    "TransformerConfig": "keras_transformer.config",
+    "TransformerSchedule": "keras_transformer.schedules",
+    "Translator": "keras_transformer.translator",
+    "average_checkpoints": "keras_transformer.averaging",
+    "build_transformer": "keras_transformer.model",
+    "corpus_scores": "keras_transformer.evaluation",
+    "load_tokenizer": "keras_transformer.data.tokenizer",
+    "train_tokenizer": "keras_transformer.data.tokenizer",
+    "transformer_optimizer": "keras_transformer.schedules",
+}
+_SUBMODULES = ("layers", "masks")
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # Later lookups skip this function.
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,7 +1,7 @@
-"""`python -m keras_transformer ...` is the `keras-transformer` command."""
+"""`python -m keras_transformer` is the `keras-transformer` command."""
 
 import sys
 
-from keras_transformer.cli import main
+from keras_transformer.cli import console
 
-sys.exit(main())
+sys.exit(console())

@@ -1,103 +1,218 @@
-"""Training callbacks: step checkpoints, time/step limits, dev-set BLEU."""
+"""Training callbacks, all counting one thing: optimizer updates.
+
+`UpdateClock` turns Keras's batch callbacks into the paper's step_num: with
+gradient accumulation over k batches, update u ends with batch u * k. Every
+other callback here reads the clock, so `--max-steps`, `--checkpoint-every`,
+`--eval-every`, checkpoint names and the "trained N steps" line all count
+the same updates. The clock must come first in the callback list.
+"""
 
 from __future__ import annotations
 
 import json
-import re
+import math
+import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import keras
 
-CHECKPOINT_PATTERN = "ckpt-{step:07d}.keras"
-_CHECKPOINT_NAME = re.compile(r"ckpt-(\d+)\.keras")
+
+class UpdateClock(keras.callbacks.Callback):
+    """Counts optimizer updates (steps) and batches since the run began.
+
+    Args:
+        accumulation_steps: batches per update (k).
+        initial_step: updates already done (a resumed run).
+    """
+
+    def __init__(self, accumulation_steps: int = 1, initial_step: int = 0):
+        super().__init__()
+        self.accumulation_steps = accumulation_steps
+        self.initial_step = initial_step
+        self.batches = 0  # Batches seen by this process's fit calls.
+        self._epoch_start = 0
+
+    @property
+    def step(self) -> int:
+        """Updates completed so far."""
+        return self.initial_step + self.batches // self.accumulation_steps
+
+    @property
+    def at_update_boundary(self) -> bool:
+        """True when the last batch completed an update."""
+        return self.batches % self.accumulation_steps == 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = self.batches
+
+    def on_train_batch_end(self, batch, logs=None):
+        # `batch` is the last batch index of this epoch that has run (with
+        # steps_per_execution > 1 Keras reports only every n-th batch).
+        self.batches = self._epoch_start + batch + 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        # Keras's History (called after this) then records the step too.
+        if logs is not None:
+            logs["step"] = self.step
 
 
-def list_checkpoints(directory: str | Path) -> list[Path]:
-    """Step checkpoints in `directory`, oldest first (by step number; an
-    unfinished `ckpt-*.partial.keras` is not a checkpoint)."""
-    found = []
-    for path in Path(directory).glob("ckpt-*.keras"):
-        match = _CHECKPOINT_NAME.fullmatch(path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return [path for _, path in sorted(found)]
+class _EveryNSteps:
+    """Fires once each time the clock's step passes a multiple of `every`."""
+
+    def __init__(self, every: int):
+        self.every = every
+        self.fired = None
+
+    def due(self, clock: UpdateClock) -> bool:
+        if not self.every or not clock.at_update_boundary:
+            return False
+        mark = clock.step // self.every
+        if self.fired is None:
+            self.fired = clock.initial_step // self.every
+        if mark > self.fired:
+            self.fired = mark
+            return True
+        return False
 
 
 class StepCheckpoints(keras.callbacks.Callback):
-    """Save the whole model (weights + optimizer) every `every` steps and at
-    the end of training, keeping the last `keep` files."""
+    """Call `save(model)` every `every` updates (0: never; the trainer saves
+    the final checkpoint itself). On JAX, `self.model` first syncs the
+    trained state back into the model's variables."""
 
-    def __init__(self, directory: str | Path, *, every: int, keep: int):
+    def __init__(
+        self,
+        clock: UpdateClock,
+        save: Callable[[keras.Model], object],
+        *,
+        every: int,
+    ):
         super().__init__()
-        self.directory = Path(directory)
-        self.every = every
-        self.keep = keep
-
-    def _step(self) -> int:
-        return int(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
-
-    def save(self) -> Path:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / CHECKPOINT_PATTERN.format(step=self._step())
-        # Write to a temporary name first: a crash mid-save must not leave a
-        # truncated file that looks like the latest checkpoint.
-        partial = path.with_suffix(".partial.keras")
-        self.model.save(partial)
-        partial.replace(path)
-        for old in list_checkpoints(self.directory)[: -self.keep]:
-            old.unlink()
-        return path
-
-    def on_train_begin(self, logs=None):
-        self._batches = 0
+        self.clock = clock
+        self.save = save
+        self._every = _EveryNSteps(every)
 
     def on_train_batch_end(self, batch, logs=None):
-        # Count here instead of reading optimizer.iterations every batch: a
-        # read forces a device sync (and a state sync on JAX) per step.
-        self._batches += 1
-        if self.every and self._batches % self.every == 0:
-            self.save()
-
-    def on_train_end(self, logs=None):
-        if not (self.directory / CHECKPOINT_PATTERN.format(step=self._step())).exists():
-            self.save()
+        if self._every.due(self.clock):
+            self.save(self.model)
 
 
 class TrainingLimit(keras.callbacks.Callback):
-    """Stop after `max_steps` optimizer steps or `max_minutes` of wall time."""
+    """Stop after `max_steps` updates (counted from the run's start) or
+    `max_minutes` of training wall time in this process."""
 
     def __init__(
-        self, *, max_steps: int | None = None, max_minutes: float | None = None
+        self,
+        clock: UpdateClock,
+        *,
+        max_steps: int | None = None,
+        max_minutes: float | None = None,
     ):
         super().__init__()
+        self.clock = clock
         self.max_steps = max_steps
         self.max_seconds = None if max_minutes is None else 60.0 * max_minutes
         self.started = None
-        self.steps = 0
 
     def on_train_begin(self, logs=None):
-        self.started = time.monotonic()
+        if self.started is None:  # A resumed run calls fit more than once.
+            self.started = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
-        self.steps += 1
-        out_of_steps = self.max_steps is not None and self.steps >= self.max_steps
-        elapsed = time.monotonic() - self.started
-        out_of_time = self.max_seconds is not None and elapsed >= self.max_seconds
-        if out_of_steps or out_of_time:
+        if not self.clock.at_update_boundary:
+            return
+        if self.reached_max_steps() or self.out_of_time():
             self.model.stop_training = True
+
+    def reached_max_steps(self) -> bool:
+        return self.max_steps is not None and self.clock.step >= self.max_steps
+
+    def out_of_time(self) -> bool:
+        return self.max_seconds is not None and (
+            self.elapsed_seconds() >= self.max_seconds
+        )
 
     def elapsed_seconds(self) -> float:
         return 0.0 if self.started is None else time.monotonic() - self.started
 
 
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+    def __init__(self, step: int, value: float):
+        self.step = step
+        super().__init__(
+            f"the training loss became {value} at step {step}; training stopped "
+            "without saving that step, and the last good checkpoint is kept. "
+            "Lower --learning-rate-scale or raise the warmup, then resume."
+        )
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Raise `TrainingDiverged` naming the step as soon as `loss` is NaN or
+    Inf. Raising (rather than `stop_training`) skips `on_train_end`, so
+    nothing saves the diverged weights."""
+
+    def __init__(self, clock: UpdateClock):
+        super().__init__()
+        self.clock = clock
+
+    def on_train_batch_end(self, batch, logs=None):
+        value = float(keras.ops.convert_to_numpy((logs or {}).get("loss", 0.0)))
+        if not math.isfinite(value):
+            # The update in progress (or just completed) holds the batch.
+            k = self.clock.accumulation_steps
+            step = self.clock.initial_step + math.ceil(self.clock.batches / k)
+            raise TrainingDiverged(step, value)
+
+
+class GracefulInterrupt(keras.callbacks.Callback):
+    """SIGTERM or Ctrl-C (SIGINT): finish the update in progress, save a
+    checkpoint, stop training. `interrupted` then says why fit returned.
+
+    A second Ctrl-C interrupts at once (Python's KeyboardInterrupt). The
+    handlers are installed for the callback's lifetime in `fit` and the
+    previous ones restored after it.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, clock: UpdateClock, save: Callable[[keras.Model], object]):
+        super().__init__()
+        self.clock = clock
+        self.save = save
+        self.interrupted: str | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame):
+        if self.interrupted and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.interrupted = signal.Signals(signum).name
+
+    def install(self) -> None:
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def uninstall(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.interrupted and self.clock.at_update_boundary:
+            self.save(self.model)
+            self.model.stop_training = True
+
+
 class DevBleu(keras.callbacks.Callback):
-    """Every `every` steps, translate a small fixed dev subset, log its
+    """Every `every` updates, translate a small fixed dev subset, log its
     sacreBLEU, and print a few sample translations."""
 
     def __init__(
         self,
+        clock: UpdateClock,
         translate,
         sources: Sequence[str],
         references: Sequence[str],
@@ -107,18 +222,17 @@ class DevBleu(keras.callbacks.Callback):
         log_path: str | Path | None = None,
     ):
         super().__init__()
+        self.clock = clock
         self.translate = translate
         self.sources = list(sources)
         self.references = list(references)
-        self.every = every
+        self._every = _EveryNSteps(every)
         self.samples = samples
         self.log_path = None if log_path is None else Path(log_path)
-        self.steps = 0
         self.history: list[dict] = []
 
     def on_train_batch_end(self, batch, logs=None):
-        self.steps += 1
-        if self.every and self.steps % self.every == 0:
+        if self._every.due(self.clock):
             self.evaluate()
 
     def evaluate(self) -> float:
@@ -129,9 +243,13 @@ class DevBleu(keras.callbacks.Callback):
         self.model.trainable_variables  # noqa: B018
         hypotheses = self.translate(self.sources)
         result = corpus_scores(hypotheses, self.references)
-        entry = {"step": self.steps, "dev_bleu": result.bleu, "dev_chrf": result.chrf}
+        entry = {
+            "step": self.clock.step,
+            "dev_bleu": result.bleu,
+            "dev_chrf": result.chrf,
+        }
         self.history.append(entry)
-        print(f"\n[step {self.steps}] dev subset: {result}")
+        print(f"\n[step {self.clock.step}] dev subset: {result}")
         for source, hypothesis, reference in list(
             zip(self.sources, hypotheses, self.references)
         )[: self.samples]:

@@ -5,20 +5,37 @@ keras-transformer train --dataset multi30k --data-dir DIR --preset small
 keras-transformer translate --run-dir R < input.en > output.de
 keras-transformer evaluate --run-dir R --src test.en --ref test.de
 keras-transformer average --run-dir R --last 5
+
+Exit status: 0 done; 1 training diverged (NaN or Inf loss; the message names
+the step); 2 bad input or settings (nothing was trained); 75 training was
+stopped by SIGTERM or Ctrl-C after saving a checkpoint: run it again to
+resume.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
+import os
+import re
 import sys
+import threading
 import typing
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.config import PRESETS, TransformerConfig, field_names
+from keras_transformer.config import TransformerConfig, field_names
 
 _FALSE, _TRUE = {"false", "0", "no", "off"}, {"true", "1", "yes", "on"}
+
+TRAIN_HELP = """Train a Transformer, or resume the run in --run-dir.
+
+Running the same command again after an interruption (SIGTERM, Ctrl-C, a
+crash) resumes exactly: weights, optimizer, step, learning rate, dropout RNG
+and data position. A run directory holding a run with other settings is
+refused before anything is touched; --overwrite moves it aside first.
+"""
 
 
 def _convert(name: str, text: str, kind: Any) -> Any:
@@ -57,45 +74,97 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
+def _at_least(minimum: float, kind=int):
+    """argparse type: a number >= minimum, with an error naming the bound."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
+        return value
+
+    return parse
+
+
+def _add_option(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+    """A `train` flag made from a TrainOptions field (one source of truth)."""
+    meta = field.metadata
+    flag = "--" + field.name.replace("_", "-")
+    if field.type == "bool":
+        parser.add_argument(flag, action="store_true", help=meta["help"])
+        return
+    kind = float if field.type.startswith("float") else int
+    if meta.get("choices") is not None:
+        kind = str
+    if kind is not str and meta.get("minimum") is not None:
+        kind = _at_least(meta["minimum"], kind)
+    if field.type == "str" and meta.get("choices") is None:
+        kind = str
+    default = field.default
+    parser.add_argument(
+        flag,
+        type=kind,
+        default=default,
+        choices=None if meta.get("choices") is None else list(meta["choices"]),
+        help=f"{meta['help']} (default: {default})",
+    )
+
+
 def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    from keras_transformer.data.datasets import DatasetSpec
+    from keras_transformer.options import TrainOptions
+
+    for field in dataclasses.fields(TrainOptions):
+        if field.metadata.get("flag", True):
+            _add_option(parser, field)
     parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a TransformerConfig field (repeatable)",
+        help="override a TransformerConfig field, e.g. --set d_model=256 "
+        "(repeatable; the valid keys are listed on a bad one)",
     )
     parser.add_argument(
-        "--dataset", default="builtin", help="builtin | multi30k | files | tfds:NAME"
+        "--cpu-devices",
+        type=_at_least(1),
+        help="split the host CPU into N devices (simulates N accelerators "
+        "for --distribute on a laptop or in tests)",
     )
-    parser.add_argument("--run-dir", default="runs/builtin-tiny")
-    parser.add_argument("--data-dir", help="multi30k: local directory of the files")
+    data = parser.add_argument_group("data")
+    spec = DatasetSpec()
+    data.add_argument(
+        "--dataset",
+        default=spec.name,
+        help="builtin (generated offline) | multi30k | files | tfds:NAME "
+        f"(default: {spec.name})",
+    )
+    data.add_argument(
+        "--data-dir", help="multi30k: a local directory holding its files"
+    )
     for split in ("train", "valid", "test"):
-        parser.add_argument(f"--{split}-src")
-        parser.add_argument(f"--{split}-tgt")
-        parser.add_argument(f"--{split}-tsv")
-    parser.add_argument("--source-lang")
-    parser.add_argument("--target-lang")
-    parser.add_argument("--lenient-utf8", action="store_true")
-    parser.add_argument("--builtin-size", type=int, default=20000)
-    parser.add_argument("--tokenizer", default="sentencepiece")
-    parser.add_argument("--vocab-size", type=int, default=4000)
-    parser.add_argument("--tokens-per-batch", type=int, default=2048)
-    parser.add_argument("--accumulation-steps", type=int, default=1)
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--epochs", type=int, default=1000)
-    parser.add_argument("--max-steps", type=int)
-    parser.add_argument("--max-minutes", type=float)
-    parser.add_argument("--learning-rate-scale", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--eval-every", type=int, default=500, help="dev-subset BLEU every N steps"
+        data.add_argument(f"--{split}-src", help=f"files: {split} source text")
+        data.add_argument(f"--{split}-tgt", help=f"files: {split} target text")
+        data.add_argument(f"--{split}-tsv", help=f"files: {split} pairs as TSV")
+    data.add_argument("--source-lang", help="multi30k / tfds source language")
+    data.add_argument("--target-lang", help="multi30k / tfds target language")
+    data.add_argument(
+        "--lenient-utf8",
+        action="store_true",
+        help="replace invalid UTF-8 with U+FFFD (counted) instead of failing",
     )
-    parser.add_argument("--checkpoint-every", type=int, default=500)
-    parser.add_argument("--keep-checkpoints", type=int, default=5)
-    parser.add_argument("--beam-size", type=int, default=4, help="for the test score")
+    data.add_argument(
+        "--builtin-size",
+        type=_at_least(40),
+        default=spec.builtin_size,
+        help=f"builtin: training pairs to generate (default: {spec.builtin_size})",
+    )
 
 
 def _files_spec(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
@@ -111,62 +180,98 @@ def _files_spec(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
     return files
 
 
-def _train(args: argparse.Namespace) -> int:
+def _train_options(args: argparse.Namespace):
     from keras_transformer.data.datasets import DatasetSpec
-    from keras_transformer.training import TrainOptions, train
+    from keras_transformer.options import TrainOptions
 
-    options = TrainOptions(
-        run_dir=args.run_dir,
-        preset=args.preset,
-        overrides=parse_overrides(args.overrides),
-        data=DatasetSpec(
-            name=args.dataset,
-            builtin_size=args.builtin_size,
-            data_dir=args.data_dir,
-            source_lang=args.source_lang,
-            target_lang=args.target_lang,
-            files=_files_spec(args),
-            lenient_utf8=args.lenient_utf8,
-        ),
-        **{
-            field.name: getattr(args, field.name)
-            for field in dataclasses.fields(TrainOptions)
-            if field.name not in {"run_dir", "preset", "overrides", "data"}
-            and hasattr(args, field.name)
-        },
+    data = DatasetSpec(
+        name=args.dataset,
+        builtin_size=args.builtin_size,
+        data_dir=args.data_dir,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        files=_files_spec(args),
+        lenient_utf8=args.lenient_utf8,
     )
+    values = {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(TrainOptions)
+        if field.metadata.get("flag", True)
+    }
+    return TrainOptions(overrides=parse_overrides(args.overrides), data=data, **values)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from keras_transformer import training
+
+    if args.cpu_devices:
+        from keras_transformer.distribution import simulate_cpu_devices
+
+        simulate_cpu_devices(args.cpu_devices)
+    options = _train_options(args)
     # Fail on bad overrides before any data work.
     TransformerConfig.preset(options.preset, **options.overrides)
-    train(options)
+    try:
+        training.train(options)
+    except training.TrainingInterrupted as stop:
+        print(f"keras-transformer train: {stop}", file=sys.stderr)
+        return training.EXIT_INTERRUPTED
+    except training.TrainingDiverged as error:
+        print(f"keras-transformer train: error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
-def _translator(args: argparse.Namespace):
-    import keras
+def _run(args: argparse.Namespace):
+    from keras_transformer.run_directory import RunDirectory
 
-    from keras_transformer.data.tokenizer import load_tokenizer
+    if not args.run_dir:
+        raise ValueError(f"{args.command} needs --run-dir (a trained run).")
+    return RunDirectory(args.run_dir)
+
+
+def _translator(args: argparse.Namespace):
     from keras_transformer.translator import Translator
 
-    run = Path(args.run_dir)
-    model_path = Path(args.model) if args.model else run / "model.keras"
-    if not model_path.exists():
-        raise FileNotFoundError(f"{model_path} not found: train a model into {run}.")
-    model = keras.saving.load_model(model_path, compile=False)
+    run = _run(args)
     return Translator(
-        model,
-        load_tokenizer(run / "tokenizer"),
+        run.load_model(args.model),
+        run.load_tokenizer(),
         beam_size=args.beam_size,
         alpha=args.alpha,
         max_extra_length=args.max_extra_length,
+        allow_unk=args.allow_unk,
     )
 
 
-def _add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--model", help="a .keras file (default: RUN_DIR/model.keras)")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty")
-    parser.add_argument("--max-extra-length", type=int, default=50)
+def _add_decoding_arguments(parser: argparse.ArgumentParser, required=True) -> None:
+    parser.add_argument(
+        "--run-dir", required=required, help="the trained run directory"
+    )
+    parser.add_argument(
+        "--model",
+        help="a .keras file (default: RUN_DIR/model.keras, else its newest checkpoint)",
+    )
+    parser.add_argument(
+        "--beam-size", type=_at_least(1), default=4, help="1 is greedy (default: 4)"
+    )
+    parser.add_argument(
+        "--alpha",
+        type=_at_least(0.0, float),
+        default=0.6,
+        help="length penalty exponent (default: 0.6)",
+    )
+    parser.add_argument(
+        "--max-extra-length",
+        type=_at_least(1),
+        default=50,
+        help="output may be this much longer than the source (default: 50)",
+    )
+    parser.add_argument(
+        "--allow-unk",
+        action="store_true",
+        help="let the search generate the unknown token (default: suppressed)",
+    )
 
 
 def _read_lines(path: str) -> list[str]:
@@ -202,7 +307,9 @@ def _evaluate(args: argparse.Namespace) -> int:
             )
         hypotheses = _translator(args)(sources)
     if args.output:
-        Path(args.output).write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+        Path(args.output).write_text(
+            "".join(f"{line}\n" for line in hypotheses), encoding="utf-8"
+        )
     print(corpus_scores(hypotheses, references))
     if args.paper_bleu:
         print(
@@ -215,18 +322,16 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _average(args: argparse.Namespace) -> int:
     from keras_transformer.averaging import average_checkpoints
-    from keras_transformer.callbacks import list_checkpoints
 
-    checkpoints = list_checkpoints(Path(args.run_dir) / "checkpoints")
+    run = _run(args)
+    checkpoints = run.checkpoints()
     if len(checkpoints) < args.last:
         raise ValueError(
             f"--last {args.last}: only {len(checkpoints)} checkpoints in "
-            f"{Path(args.run_dir) / 'checkpoints'}."
+            f"{run.checkpoint_dir}."
         )
-    chosen = checkpoints[-args.last :]
-    output = Path(
-        args.output or Path(args.run_dir) / f"averaged-last-{args.last}.keras"
-    )
+    chosen = [checkpoint.path for checkpoint in checkpoints[-args.last :]]
+    output = Path(args.output or run.path / f"averaged-last-{args.last}.keras")
     average_checkpoints(chosen).save(output)
     print(f"averaged {', '.join(p.name for p in chosen)} -> {output}")
     return 0
@@ -251,25 +356,45 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command")
-    _add_train_arguments(commands.add_parser("train", help="train a model"))
+    _add_train_arguments(
+        commands.add_parser(
+            "train",
+            help="train a model (or resume an interrupted run)",
+            description=TRAIN_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
     translate = commands.add_parser("translate", help="translate lines")
     _add_decoding_arguments(translate)
     translate.add_argument("--input", help="file to translate (default: stdin)")
     evaluate = commands.add_parser("evaluate", help="translate and score")
-    _add_decoding_arguments(evaluate)
-    evaluate.add_argument("--src", help="source file to translate")
-    evaluate.add_argument("--hyp", help="score this file instead of translating")
-    evaluate.add_argument("--ref", required=True)
+    _add_decoding_arguments(evaluate, required=False)
+    evaluate.add_argument("--src", help="source file to translate (needs --run-dir)")
+    evaluate.add_argument(
+        "--hyp", help="score this file of translations instead (no model needed)"
+    )
+    evaluate.add_argument("--ref", required=True, help="reference translations")
     evaluate.add_argument("--output", help="write the hypotheses here")
-    evaluate.add_argument("--paper-bleu", action="store_true")
+    evaluate.add_argument(
+        "--paper-bleu",
+        action="store_true",
+        help="also print tokenized, compound-split BLEU (not sacreBLEU)",
+    )
     average = commands.add_parser("average", help="average the last checkpoints")
-    average.add_argument("--run-dir", required=True)
-    average.add_argument("--last", type=int, default=5)
-    average.add_argument("--output")
+    average.add_argument("--run-dir", required=True, help="the trained run directory")
+    average.add_argument(
+        "--last",
+        type=_at_least(1),
+        default=5,
+        help="how many of the newest checkpoints (default: 5)",
+    )
+    average.add_argument("--output", help="default: RUN_DIR/averaged-last-N.keras")
     summary = commands.add_parser("summary", help="print preset sizes")
     summary.add_argument("presets", nargs="*", default=["tiny", "base", "big"])
-    summary.add_argument("--vocab-size", type=int, default=37000)
-    summary.add_argument("--verbose", action="store_true")
+    summary.add_argument(
+        "--vocab-size", type=_at_least(1), default=37000, help="(default: 37000)"
+    )
+    summary.add_argument("--verbose", action="store_true", help="print the layers")
     return parser
 
 
@@ -289,10 +414,57 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(["train", *(argv or [])])
     try:
         return _COMMANDS[args.command](args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
         return 2
 
 
+# Lines native code prints while TensorFlow and JAX start, whatever
+# TF_CPP_MIN_LOG_LEVEL says: CUDA probing on a machine without a GPU, and
+# absl's notice that it logs before it is initialised.
+_START_UP_NOISE = re.compile(
+    rb"cudart_stub\.cc|cuda_platform\.cc|cuda_(dnn|blas|fft)\.cc|"
+    rb"absl::InitializeLog|Unable to register cu(DNN|FFT|BLAS) factory|"
+    rb"computation_placer\.cc|TF-TRT Warning"
+)
+
+
+def _quiet_native_start_up() -> None:
+    """Drop the native start-up lines from stderr (everything else passes).
+
+    Only when TF_CPP_MIN_LOG_LEVEL is 2 or more, which the command sets
+    unless the user chose a level: set it to 0 or 1 to see them.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if os.environ["TF_CPP_MIN_LOG_LEVEL"] < "2":
+        return
+    read_end, write_end = os.pipe()
+    original = os.dup(2)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def forward() -> None:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            for line in iter(pipe.readline, b""):
+                if not _START_UP_NOISE.search(line):
+                    os.write(original, line)
+
+    thread = threading.Thread(target=forward, name="stderr-filter", daemon=True)
+    thread.start()
+
+    def restore() -> None:
+        sys.stderr.flush()
+        os.dup2(original, 2)  # Closes the pipe: the thread sees its end.
+        thread.join(timeout=5)
+
+    atexit.register(restore)
+
+
+def console() -> int:
+    """The `keras-transformer` command (and `python -m keras_transformer`)."""
+    _quiet_native_start_up()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

@@ -56,7 +56,10 @@ class TransformerConfig:
     position_encoding: str = "sinusoidal"  # or "learned" (Table 3 row E).
     max_position: int = 1024  # Learned positions only; sinusoids are unbounded.
     norm_first: bool = False  # False: post-norm as in the paper.
-    attention_window: int | None = None  # Restricted self-attention r (§4).
+    # Restricted self-attention (§4, Table 1): each query attends to a
+    # neighbourhood of r positions (encoder: centred; decoder: the r ending
+    # at the query). None: unrestricted. Before 0.2.0 this was a half-width.
+    attention_window: int | None = None
     layer_norm_epsilon: float = 1e-6
 
     def __post_init__(self) -> None:

@@ -20,17 +20,36 @@ size 1 without length penalty exactly greedy decoding.
 
 Legend: B batch, k beam size, N = B * k rows, L maximum output length,
 V vocabulary. Output rows hold the tokens up to and including EOS, then PAD.
+
+Reserved ids are never generated: PAD and BOS always get a log-probability
+far below any real token's (`suppressed_ids`), and callers add UNK unless
+they allow it (`SequenceGenerator(allow_unk=...)`). Scores stay the model's
+log-probabilities of the chosen tokens; nothing is renormalised.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from keras import ops, tree
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = -1.0e9  # Finite, so sums of "impossible" scores never become NaN.
+# Below every other candidate, dead-beam placeholders (about NEG_INF) and
+# ended candidates (2 * NEG_INF) included, so a suppressed id never wins.
+SUPPRESSED = 4 * NEG_INF
+ALWAYS_SUPPRESSED = (PAD_ID, BOS_ID)
+
+
+def suppress(log_probs, token_ids: Sequence[int]):
+    """Set the log-probs of `token_ids` to SUPPRESSED. (N, V) -> (N, V)."""
+    if not token_ids:
+        return log_probs
+    vocab = ops.arange(ops.shape(log_probs)[-1], dtype="int32")
+    banned = ops.convert_to_tensor(list(token_ids), "int32")
+    is_banned = ops.any(ops.equal(vocab[:, None], banned[None, :]), axis=1)
+    return ops.where(is_banned[None, :], SUPPRESSED, log_probs)
 
 
 def output_limits(source_ids, max_extra_length: int):
@@ -51,6 +70,7 @@ def greedy_search(
     *,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
+    suppressed_ids: Sequence[int] = ALWAYS_SUPPRESSED,
 ):
     """Greedy decoding. Returns ((B, L) int32 tokens, (B,) float32 log-probs).
 
@@ -59,6 +79,7 @@ def greedy_search(
         state: initial decoder state.
         limits: (B,) int maximum output length of each row (<= max_length).
         max_length: L, a Python int.
+        suppressed_ids: ids never generated (default PAD and BOS).
     """
     batch_size = ops.shape(limits)[0]
     loop = {
@@ -79,6 +100,7 @@ def greedy_search(
         step, finished = loop["step"], loop["finished"]
         logits, state = step_fn(loop["tokens"], step, loop["state"])
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        log_probs = suppress(log_probs, suppressed_ids)
         best = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
         best_log_prob = ops.max(log_probs, axis=-1)
         tokens = ops.where(finished, PAD_ID, best)
@@ -129,6 +151,7 @@ def beam_search(
     alpha: float = 0.6,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
+    suppressed_ids: Sequence[int] = ALWAYS_SUPPRESSED,
 ):
     """Batched beam search with a finished-hypothesis pool.
 
@@ -140,6 +163,7 @@ def beam_search(
         max_length: L, a Python int.
         beam_size: k.
         alpha: length-penalty exponent; 0 ranks by total log-probability.
+        suppressed_ids: ids never generated (default PAD and BOS).
 
     Returns:
         (sequences (B, k, L) int32, scores (B, k) float32), best first;
@@ -176,6 +200,7 @@ def beam_search(
         step = loop["step"]
         logits, state = step_fn(loop["tokens"], step, loop["state"])
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        log_probs = suppress(log_probs, suppressed_ids)
         vocab_size = ops.shape(log_probs)[-1]
         log_probs = ops.reshape(log_probs, (batch_size, k, vocab_size))
         candidates = loop["alive_log_probs"][:, :, None] + log_probs  # (B,k,V)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,3 +71,22 @@ def paper_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     return bleu.corpus_score(
         [split(h) for h in hypotheses], [[split(r) for r in references]]
     ).score
+
+
+def evaluate_split(
+    translator, corpus, hypotheses_path: str | os.PathLike | None = None
+) -> BleuResult:
+    """Translate a whole evaluation split (nothing dropped) and score it.
+
+    Args:
+        translator: a `Translator` (strings in, strings out).
+        corpus: a `ParallelCorpus` (`source`, `target` lists of strings).
+        hypotheses_path: where to write the hypotheses, one per line.
+    """
+    hypotheses = translator(corpus.source)
+    if hypotheses_path is not None:
+        from keras_transformer.checkpoints import atomic_write_text
+
+        text = "".join(f"{line}\n" for line in hypotheses)
+        atomic_write_text(Path(hypotheses_path), text)
+    return corpus_scores(hypotheses, corpus.target)

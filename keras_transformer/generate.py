@@ -15,6 +15,7 @@ from keras import ops
 
 from keras_transformer import decoding
 from keras_transformer.compile import compile_function
+from keras_transformer.config import UNK_ID
 
 
 def cached_step_fn(model, source_ids, memory):
@@ -53,6 +54,8 @@ class SequenceGenerator:
             Defaults to 50 (§6.1).
         cached: use the key/value cache. Defaults to True.
         jit: compile the whole search (XLA / jit). Defaults to True.
+        allow_unk: let the search generate UNK. Defaults to False: UNK is
+            suppressed like PAD and BOS (which are never generated).
 
     Call arguments:
         source_ids: (B, S) int ids, pad 0.
@@ -71,6 +74,7 @@ class SequenceGenerator:
         max_extra_length: int = 50,
         cached: bool = True,
         jit: bool = True,
+        allow_unk: bool = False,
     ):
         if not isinstance(beam_size, int) or beam_size < 1:
             raise ValueError(f"beam_size must be >= 1. Received: beam_size={beam_size}")
@@ -85,6 +89,10 @@ class SequenceGenerator:
         self.alpha = alpha
         self.max_extra_length = max_extra_length
         self.cached = cached
+        self.allow_unk = allow_unk
+        self.suppressed_ids = decoding.ALWAYS_SUPPRESSED + (
+            () if allow_unk else (UNK_ID,)
+        )
         self._run = compile_function(self._search, model) if jit else self._search
 
     def _search(self, source_ids):
@@ -104,10 +112,22 @@ class SequenceGenerator:
             step_fn = uncached_step_fn(self.model, source_ids, memory)
             state = ops.full((rows, max_length + 1), decoding.BOS_ID, "int32")
         if k == 1:
-            tokens, scores = decoding.greedy_search(step_fn, state, limits, max_length)
+            tokens, scores = decoding.greedy_search(
+                step_fn,
+                state,
+                limits,
+                max_length,
+                suppressed_ids=self.suppressed_ids,
+            )
             return tokens[:, None], scores[:, None]
         return decoding.beam_search(
-            step_fn, state, limits, max_length, beam_size=k, alpha=self.alpha
+            step_fn,
+            state,
+            limits,
+            max_length,
+            beam_size=k,
+            alpha=self.alpha,
+            suppressed_ids=self.suppressed_ids,
         )
 
     def __call__(self, source_ids):

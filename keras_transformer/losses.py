@@ -45,10 +45,19 @@ def smoothed_token_losses(labels, logits, epsilon: float):
 class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Label-smoothed sparse cross-entropy that ignores pad targets.
 
-    The value is the sum of token losses over real (non-pad) targets divided
-    by the number of real target tokens in the batch, so padding never
-    changes it and long and short sentences weigh per token, as in the
-    reference implementations.
+    Without `sample_weight` the value is the sum of token losses over real
+    (non-pad) targets divided by the number of real target tokens in the
+    batch, so padding never changes it and long and short sentences weigh
+    per token, as in the reference implementations.
+
+    With `sample_weight`, per-token weights (B, T) that already carry the
+    normalisation, the value is the plain weighted sum over real targets.
+    The training pipeline passes weights accumulation_steps / N, N the real
+    target tokens of the whole optimizer update (across accumulated batches
+    and replicas; see `keras_transformer.data.pipeline.BucketedBatches`), so
+    the update follows the per-token mean over all of its tokens. The value
+    of one batch is then only a share of that mean: read the logged `loss`
+    (`TokenCrossEntropy`), not this value, to follow training.
 
     Args:
         epsilon: float. Label smoothing eps_ls. Defaults to 0.1.
@@ -61,6 +70,7 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     Call arguments:
         y_true: (B, T) int labels.
         y_pred: (B, T, V) logits.
+        sample_weight: optional (B, T) float per-token weights.
 
     Returns:
         A float32 scalar.
@@ -74,8 +84,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         name: str = "label_smoothed_cross_entropy",
         **kwargs,
     ):
-        # The reduction is ours (sum / real tokens), so Keras must not
-        # average again.
+        # The reduction is ours (sum / real tokens, or a weighted sum), so
+        # Keras must neither average again nor rescale for replicas.
         kwargs.pop("reduction", None)
         super().__init__(name=name, reduction="sum", **kwargs)
         if not 0.0 <= epsilon < 1.0:
@@ -86,13 +96,20 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
         self.pad_id = pad_id
         self.subtract_entropy = subtract_entropy
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        losses = self.call(y_true, y_pred)
+        real = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
+        if sample_weight is None:
+            return ops.sum(losses * real) / ops.maximum(ops.sum(real), 1.0)
+        weights = ops.cast(sample_weight, "float32") * real
+        return ops.sum(losses * weights)
+
     def call(self, y_true, y_pred):
+        """(B, T) float32 token losses, pad positions included."""
         losses = smoothed_token_losses(y_true, y_pred, self.epsilon)
         if self.subtract_entropy and self.epsilon > 0:
             losses = losses - _target_entropy(self.epsilon, ops.shape(y_pred)[-1])
-        real = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
-        total = ops.sum(losses * real)
-        return total / ops.maximum(ops.sum(real), 1.0)
+        return losses
 
     def get_config(self):
         config = super().get_config()

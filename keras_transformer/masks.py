@@ -39,29 +39,41 @@ def causal_mask(query_positions, key_positions):
     return ops.less_equal(key_positions[:, None, :], query_positions[:, :, None])
 
 
-def window_mask(query_positions, key_positions, window: int):
-    """True where |query - key position| <= window. -> (B, T, S) bool.
+def window_mask(query_positions, key_positions, size: int, *, causal: bool = False):
+    """True where the key is in the query's neighbourhood of `size` positions.
 
-    Restricted self-attention of Vaswani et al. 2017, §4 and Table 1.
+    Restricted self-attention of Vaswani et al. 2017 (§4, Table 1): each
+    query attends to a neighbourhood of r = `size` positions. With `causal`
+    (decoder) those are the r positions ending at the query: query - r <
+    key <= query. Without (encoder) they are centred on the query: size // 2
+    before it and size - 1 - size // 2 after it (as many on each side for
+    odd r; one more before for even r). -> (B, T, S) bool.
     """
-    distance = ops.abs(query_positions[:, :, None] - key_positions[:, None, :])
-    return ops.less_equal(distance, window)
+    offset = query_positions[:, :, None] - key_positions[:, None, :]
+    before = size - 1 if causal else size // 2
+    after = 0 if causal else size - 1 - size // 2
+    return ops.logical_and(
+        ops.less_equal(offset, before), ops.less_equal(-offset, after)
+    )
 
 
 def self_attention_mask(token_ids, *, causal: bool = False, window: int | None = None):
     """Mask for self-attention over one sequence. (B, L) ids -> (B, L, L).
 
     Keys that are padding are never attended; `causal` hides later positions
-    (decoder); `window` restricts attention to +-window positions. Query rows
-    that are padding keep their key mask: their outputs are ignored
-    downstream, and rows with at least one key stay well-defined.
+    (decoder); `window` restricts attention to a neighbourhood of that many
+    positions (`window_mask`). Query rows that are padding keep their key
+    mask: their outputs are ignored downstream, and rows with at least one
+    key stay well-defined.
     """
     positions = token_positions(token_ids)
     mask = _broadcast_keys(padding_mask(token_ids), token_ids)
     if causal:
         mask = ops.logical_and(mask, causal_mask(positions, positions))
     if window is not None:
-        mask = ops.logical_and(mask, window_mask(positions, positions, window))
+        mask = ops.logical_and(
+            mask, window_mask(positions, positions, window, causal=causal)
+        )
     return mask
 
 

@@ -26,6 +26,8 @@ from keras_transformer.layers import (
     ScaledEmbedding,
     SinusoidalPositionalEncoding,
 )
+from keras_transformer.metrics import TOKEN_LOSS
+from keras_transformer.version import __version__
 
 
 def _make_layers(config: TransformerConfig) -> SimpleNamespace:
@@ -268,7 +270,7 @@ class Transformer(keras.Model):
         self_mask = masks.causal_mask(query_positions, key_positions)
         if config.attention_window is not None:
             window = masks.window_mask(
-                query_positions, key_positions, config.attention_window
+                query_positions, key_positions, config.attention_window, causal=True
             )
             self_mask = ops.logical_and(self_mask, window)
         cross_mask = masks.cross_attention_mask(source_ids, target_ids)
@@ -282,15 +284,42 @@ class Transformer(keras.Model):
             new_cache.append(layer_cache)
         return _logits(parts, y), new_cache
 
+    def get_metrics_result(self) -> dict[str, Any]:
+        """Metric values for logs; `loss` is per token when it can be.
+
+        Keras logs `loss` as a row-weighted mean of per-batch loss values.
+        Compiled with a `TokenCrossEntropy` metric, the model reports that
+        metric's per-token value as `loss` (and so `val_loss`) instead.
+        """
+        results = dict(super().get_metrics_result())
+        if TOKEN_LOSS in results:
+            results["loss"] = results.pop(TOKEN_LOSS)
+        return results
+
     def get_config(self) -> dict[str, Any]:
         return {
             "config": self.config.to_dict(),
             "name": self.name,
             "trainable": self.trainable,
+            "package_version": __version__,
         }
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Transformer:
+        config = dict(config)
+        saved_by = config.pop("package_version", None)
+        window = config["config"].get("attention_window")
+        if saved_by is None and window is not None:
+            # Saved before 0.2.0, when attention_window was a half-width
+            # (2r + 1 positions); loading it as a neighbourhood size would
+            # silently change the model.
+            raise ValueError(
+                f"This model was saved by keras-transformer < 0.2.0 with "
+                f"attention_window={window}, which then meant +-{window} "
+                f"positions; it now means a neighbourhood of {window} "
+                "positions (the paper's r). Rebuild it with attention_window="
+                f"{2 * window + 1} (encoder) and retrain, or load it with 0.1."
+            )
         return cls(**config)
 
 

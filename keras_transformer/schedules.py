@@ -60,18 +60,69 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class PerUpdateSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Evaluate `schedule` at the number of optimizer updates.
+
+    With gradient accumulation over k batches, Keras calls a learning-rate
+    schedule with its batch counter, so a warmup of w steps would end after
+    w / k updates. This wrapper passes `step // k` instead: at update u
+    (1-based), applied on batch u * k (counter u * k - 1), the schedule sees
+    u - 1, which `TransformerSchedule` reads as the paper's step_num u.
+
+    Args:
+        schedule: a `LearningRateSchedule` of the update number.
+        accumulation_steps: int. Batches per update (k).
+    """
+
+    def __init__(self, schedule, accumulation_steps: int):
+        if (
+            isinstance(accumulation_steps, bool)
+            or not isinstance(accumulation_steps, int)
+            or accumulation_steps < 1
+        ):
+            raise ValueError(
+                "accumulation_steps must be an integer >= 1. "
+                f"Received: accumulation_steps={accumulation_steps!r}"
+            )
+        if isinstance(schedule, dict):
+            schedule = keras.saving.deserialize_keras_object(schedule)
+        self.schedule = schedule
+        self.accumulation_steps = accumulation_steps
+
+    def __call__(self, step):
+        return self.schedule(ops.floor_divide(step, self.accumulation_steps))
+
+    def get_config(self):
+        return {
+            "schedule": keras.saving.serialize_keras_object(self.schedule),
+            "accumulation_steps": self.accumulation_steps,
+        }
+
+
 def transformer_optimizer(
     schedule: keras.optimizers.schedules.LearningRateSchedule,
     *,
     gradient_accumulation_steps: int | None = None,
     clipnorm: float | None = None,
 ) -> keras.optimizers.Adam:
-    """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9), as §5.3."""
+    """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9), as §5.3.
+
+    With `gradient_accumulation_steps` k > 1, one update is made of k
+    batches: the schedule is wrapped in `PerUpdateSchedule` so it counts
+    updates, and Keras's `optimizer.iterations` counts updates too (Adam's
+    bias correction uses it). Keras averages the k gradients; the training
+    pipeline's token weights make that average the per-token gradient of the
+    whole update (see `LabelSmoothedCrossEntropy`).
+    """
+    accumulation = gradient_accumulation_steps or 1
+    if accumulation > 1:
+        schedule = PerUpdateSchedule(schedule, accumulation)
     return keras.optimizers.Adam(
         learning_rate=schedule,
         beta_1=0.9,
         beta_2=0.98,
         epsilon=1e-9,
-        gradient_accumulation_steps=gradient_accumulation_steps,
+        gradient_accumulation_steps=accumulation if accumulation > 1 else None,
         global_clipnorm=clipnorm,
     )

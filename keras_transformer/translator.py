@@ -27,6 +27,9 @@ class Translator:
             Defaults to 50 (§6.1).
         batch_size: sentences per decoding batch. Defaults to 64.
         jit: compile the search. Defaults to True.
+        allow_unk: let the search generate UNK (shown as the tokenizer's
+            unknown piece). Defaults to False; PAD and BOS are never
+            generated.
 
     Example:
         >>> translator = Translator(model, tokenizer)
@@ -44,6 +47,7 @@ class Translator:
         max_extra_length: int = 50,
         batch_size: int = 64,
         jit: bool = True,
+        allow_unk: bool = False,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -54,6 +58,7 @@ class Translator:
             alpha=alpha,
             max_extra_length=max_extra_length,
             jit=jit,
+            allow_unk=allow_unk,
         )
 
     def __call__(self, texts: Sequence[str]) -> list[str]:

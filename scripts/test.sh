@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
 # Set up the environment, lint, and run the whole test suite on both backends.
 # Usage: bash scripts/test.sh [extra pytest args]
+#
+# The two backends' suites run side by side (much of a suite is one Python
+# thread compiling and waiting); each one's output is printed when both end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check keras_transformer tests scripts benchmarks
 .venv/bin/ruff format --check keras_transformer tests scripts benchmarks
+logs=$(mktemp -d)
+for backend in tensorflow jax; do
+  KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider \
+    --basetemp "$logs/tmp-$backend" "$@" > "$logs/$backend.log" 2>&1 &
+  echo $! > "$logs/$backend.pid"
+done
 status=0
 for backend in tensorflow jax; do
+  wait "$(cat "$logs/$backend.pid")" || status=1
   echo "=== KERAS_BACKEND=$backend ==="
-  KERAS_BACKEND=$backend .venv/bin/python -m pytest -q "$@" || status=1
+  cat "$logs/$backend.log"
 done
+rm -rf "$logs"
 exit $status

@@ -189,3 +189,47 @@ def no_eos_model(vocab_size: int):
     values[[PAD_ID, UNK_ID, BOS_ID, EOS_ID]] = -20.0
     bias.assign(values)
     return model
+
+
+# --- small training runs (tests/test_training.py, tests/distributed_checks.py) ---
+
+TRAINING_MODEL = {"d_model": 32, "d_ff": 64, "num_heads": 2, "warmup_steps": 20}
+
+
+def write_training_corpus(directory) -> dict[str, tuple[str, str]]:
+    """Short built-in pairs as files: 240 training pairs (several batches
+    per epoch, so short runs cross epochs), 12 validation pairs, no test
+    split. Returns {"train": (src, tgt), "valid": (src, tgt)}."""
+    from keras_transformer.data.builtin_corpus import generate_corpus
+
+    splits = generate_corpus(num_train=2000, num_valid=100, num_test=10, seed=5)
+    files = {}
+    for name, count in (("train", 240), ("valid", 12)):
+        pairs = [p for p in splits[name] if len(p[0].split()) <= 7][:count]
+        source, target = directory / f"{name}.en", directory / f"{name}.de"
+        source.write_text("".join(f"{en}\n" for en, _ in pairs), encoding="utf-8")
+        target.write_text("".join(f"{de}\n" for _, de in pairs), encoding="utf-8")
+        files[name] = (str(source), str(target))
+    return files
+
+
+def training_options(run_dir, files, **changes):
+    """TrainOptions of a 12-update run of a very small model on `files`."""
+    from keras_transformer.data.datasets import DatasetSpec
+    from keras_transformer.options import TrainOptions
+
+    values = dict(
+        run_dir=str(run_dir),
+        overrides=dict(TRAINING_MODEL),
+        data=DatasetSpec(name="files", files=files),
+        vocab_size=400,
+        tokens_per_batch=1024,
+        max_length=32,
+        max_steps=12,
+        eval_every=0,
+        checkpoint_every=4,
+        keep_checkpoints=10,
+        verbose="0",
+    )
+    values.update(changes)
+    return TrainOptions(**values)

@@ -10,8 +10,10 @@ import pytest
 
 from keras_transformer import build_transformer
 from keras_transformer.averaging import average_checkpoints
+from keras_transformer.checkpoints import save_checkpoint
 from keras_transformer.cli import main
 from keras_transformer.config import EOS_ID, PAD_ID
+from keras_transformer.data.pipeline import DataPosition
 from keras_transformer.generate import SequenceGenerator
 from tests.helpers import small_config
 
@@ -138,14 +140,17 @@ def test_empty_checkpoint_list_is_an_error():
 
 @pytest.fixture
 def run_dir(checkpoints, tmp_path):
-    """R/checkpoints/ckpt-0000001..3.keras (and an unfinished .partial file,
-    which is not a checkpoint)."""
-    paths, _ = checkpoints
+    """R/checkpoints with the three models as the checkpoints of steps 1..3
+    (and an unfinished temporary file, which is not a checkpoint)."""
+    _, weights = checkpoints
     folder = tmp_path / "run" / "checkpoints"
-    folder.mkdir(parents=True)
-    for step, path in zip((1, 2, 3), paths):
-        shutil.copy(path, folder / f"ckpt-{step:07d}.keras")
-    shutil.copy(paths[0], folder / "ckpt-0000004.partial.keras")
+    model = build_transformer(tiny_config())
+    model.compile(optimizer="adam", loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    for step, values in zip((1, 2, 3), weights):
+        model.set_weights(values)
+        save_checkpoint(model, folder, step=step, run_id="run", position=DataPosition())
+    shutil.copy(folder / "ckpt-00000001.keras", folder / ".ckpt-00000004.partial.keras")
     return tmp_path / "run"
 
 
@@ -155,7 +160,7 @@ def test_cli_average_last_two(run_dir, checkpoints, capsys):
     output = run_dir / "averaged-last-2.keras"
     assert output.exists()
     printed = capsys.readouterr().out
-    assert "ckpt-0000002.keras, ckpt-0000003.keras" in printed
+    assert "ckpt-00000002.keras, ckpt-00000003.keras" in printed
     assert str(output) in printed
     loaded = keras.saving.load_model(output, compile=False)
     for index, got in enumerate(loaded.get_weights()):

@@ -1,22 +1,33 @@
-"""Training callbacks: StepCheckpoints, list_checkpoints, TrainingLimit."""
+"""Training callbacks: one update clock, checkpoints, limits, NaN, signals."""
 
 from __future__ import annotations
+
+import os
+import signal
 
 import keras
 import numpy as np
 import pytest
 
 from keras_transformer.callbacks import (
-    CHECKPOINT_PATTERN,
+    GracefulInterrupt,
     StepCheckpoints,
+    StopOnNonFiniteLoss,
+    TrainingDiverged,
     TrainingLimit,
-    list_checkpoints,
+    UpdateClock,
 )
 
 
-def tiny_model():
+def tiny_model(accumulation_steps=None, steps_per_execution=1):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
+    model.compile(
+        optimizer=keras.optimizers.Adam(
+            1e-3, gradient_accumulation_steps=accumulation_steps
+        ),
+        loss="mse",
+        steps_per_execution=steps_per_execution,
+    )
     return model
 
 
@@ -29,138 +40,192 @@ def iterations(model):
     return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
 
 
-def names(paths):
-    return [path.name for path in paths]
+class StepRecorder(keras.callbacks.Callback):
+    """Records clock.step after every batch that completed an update."""
+
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+        self.steps = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.clock.at_update_boundary:
+            self.steps.append(self.clock.step)
 
 
-# --- StepCheckpoints -----------------------------------------------------------
+# --- UpdateClock -------------------------------------------------------------------
 
 
-def test_keeps_last_k_and_writes_atomically(tmp_path):
-    model = tiny_model()
-    directory = tmp_path / "checkpoints"
+@pytest.mark.parametrize("accumulation", [1, 2, 3])
+def test_clock_counts_optimizer_updates(accumulation):
+    model = tiny_model(accumulation if accumulation > 1 else None)
+    clock = UpdateClock(accumulation)
+    recorder = StepRecorder(clock)
+    x, y = data(24)  # 12 batches of 2 per epoch.
+    model.fit(x, y, batch_size=2, epochs=2, verbose=0, callbacks=[clock, recorder])
+    updates = 24 // accumulation
+    assert clock.batches == 24
+    assert clock.step == updates == iterations(model)
+    assert recorder.steps == list(range(1, updates + 1))
+
+
+def test_clock_with_steps_per_execution_and_initial_step():
+    model = tiny_model(steps_per_execution=3)
+    clock = UpdateClock(1, initial_step=100)
+    x, y = data(12)
+    model.fit(x, y, batch_size=2, epochs=2, verbose=0, callbacks=[clock])
+    assert clock.batches == 12
+    assert clock.step == 112
+
+
+# --- StepCheckpoints -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("accumulation,every", [(1, 3), (2, 2), (3, 1)])
+def test_checkpoints_fire_every_n_updates(accumulation, every):
+    model = tiny_model(accumulation if accumulation > 1 else None)
+    clock = UpdateClock(accumulation)
     saved = []
-    real_save = model.save
+    callback = StepCheckpoints(
+        clock, lambda m: saved.append((clock.step, iterations(m))), every=every
+    )
+    x, y = data(36)  # 18 batches.
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[clock, callback])
+    updates = 18 // accumulation
+    expected = list(range(every, updates + 1, every))
+    # Named by the update, and the optimizer agrees: no two saves per name.
+    assert [step for step, _ in saved] == expected
+    assert [it for _, it in saved] == expected
 
-    def recording_save(path, *args, **kwargs):
-        # Written under a temporary name, never over the final one.
-        final = directory / CHECKPOINT_PATTERN.format(step=iterations(model))
-        assert str(path).endswith(".partial.keras")
-        assert not final.exists()
-        saved.append(str(path))
-        return real_save(path, *args, **kwargs)
 
-    model.save = recording_save
-    callback = StepCheckpoints(directory, every=1, keep=2)
+def test_checkpoints_every_zero_never_fire():
+    model = tiny_model()
+    clock = UpdateClock()
+    saved = []
+    callback = StepCheckpoints(clock, saved.append, every=0)
+    x, y = data(8)
+    model.fit(x, y, batch_size=2, epochs=2, verbose=0, callbacks=[clock, callback])
+    assert saved == []
+
+
+def test_checkpoints_of_a_resumed_run_continue_its_schedule():
+    model = tiny_model()
+    clock = UpdateClock(initial_step=7)  # Last saved at 6 (every 3).
+    saved = []
+    callback = StepCheckpoints(clock, lambda m: saved.append(clock.step), every=3)
     x, y = data(10)
-    model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[callback])
-
-    assert iterations(model) == 5
-    assert len(saved) == 5  # One per step; none more at the end.
-    assert names(list_checkpoints(directory)) == [
-        "ckpt-0000004.keras",
-        "ckpt-0000005.keras",
-    ]
-    assert sorted(p.name for p in directory.iterdir()) == [
-        "ckpt-0000004.keras",
-        "ckpt-0000005.keras",
-    ]
-    loaded = keras.saving.load_model(directory / "ckpt-0000005.keras")
-    assert iterations(loaded) == 5
-    for a, b in zip(loaded.get_weights(), model.get_weights(), strict=True):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_every_n_steps_and_final_save(tmp_path):
-    model = tiny_model()
-    callback = StepCheckpoints(tmp_path, every=3, keep=5)
-    x, y = data(14)
-    model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[callback])
-    assert iterations(model) == 7
-    assert names(list_checkpoints(tmp_path)) == [
-        "ckpt-0000003.keras",
-        "ckpt-0000006.keras",
-        "ckpt-0000007.keras",  # At the end of training.
-    ]
-
-
-def test_every_zero_saves_only_at_the_end(tmp_path):
-    model = tiny_model()
-    callback = StepCheckpoints(tmp_path / "new" / "dir", every=0, keep=3)
-    x, y = data(6)
-    model.fit(x, y, batch_size=2, epochs=2, verbose=0, callbacks=[callback])
-    assert names(list_checkpoints(tmp_path / "new" / "dir")) == ["ckpt-0000006.keras"]
-
-
-def test_interrupted_save_leaves_no_checkpoint_behind(tmp_path):
-    model = tiny_model()
-    x, y = data(4)
-    model.fit(x, y, batch_size=2, epochs=1, verbose=0)
-    callback = StepCheckpoints(tmp_path, every=1, keep=2)
-    callback.set_model(model)
-    first = callback.save()
-    assert first.name == "ckpt-0000002.keras"
-
-    model.fit(x, y, batch_size=2, epochs=1, verbose=0)
-
-    def crashing_save(path, *args, **kwargs):
-        with open(path, "wb") as f:
-            f.write(b"PK\x03\x04 truncated")
-        raise OSError("disk full")
-
-    model.save = crashing_save
-    with pytest.raises(OSError, match="disk full"):
-        callback.save()
-    assert (tmp_path / "ckpt-0000004.partial.keras").exists()
-    assert not (tmp_path / "ckpt-0000004.keras").exists()
-    # The truncated file is not taken for the latest checkpoint.
-    assert list_checkpoints(tmp_path) == [first]
-
-
-# --- list_checkpoints ------------------------------------------------------------
-
-
-def test_list_checkpoints_order(tmp_path):
-    for step in (120, 3, 45, 10_000_000, 9_999_999):
-        (tmp_path / CHECKPOINT_PATTERN.format(step=step)).write_bytes(b"")
-    for other in ("ckpt-0000050.partial.keras", "model.keras", "ckpt-notes.txt"):
-        (tmp_path / other).write_bytes(b"")
-    assert names(list_checkpoints(tmp_path)) == [
-        "ckpt-0000003.keras",
-        "ckpt-0000045.keras",
-        "ckpt-0000120.keras",
-        "ckpt-9999999.keras",
-        "ckpt-10000000.keras",
-    ]
-    assert list_checkpoints(tmp_path / "missing") == []
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[clock, callback])
+    assert saved == [9, 12]
 
 
 # --- TrainingLimit ---------------------------------------------------------------
 
 
-def test_training_limit_stops_after_max_steps():
-    model = tiny_model()
-    limit = TrainingLimit(max_steps=6)
-    x, y = data(8)  # 4 steps per epoch: the limit falls inside epoch 2.
-    history = model.fit(x, y, batch_size=2, epochs=10, verbose=0, callbacks=[limit])
-    assert iterations(model) == 6
-    assert limit.steps == 6
+def test_training_limit_counts_updates_with_accumulation():
+    model = tiny_model(accumulation_steps=2)
+    clock = UpdateClock(2)
+    limit = TrainingLimit(clock, max_steps=5)
+    x, y = data(16)  # 8 batches = 4 updates per epoch: the limit is in epoch 2.
+    history = model.fit(
+        x, y, batch_size=2, epochs=10, verbose=0, callbacks=[clock, limit]
+    )
+    assert clock.step == 5 == iterations(model)
+    assert clock.batches == 10
     assert len(history.history["loss"]) == 2
+    assert limit.reached_max_steps()
+
+
+def test_training_limit_of_a_resumed_run_counts_from_the_start():
+    model = tiny_model()
+    clock = UpdateClock(initial_step=4)
+    limit = TrainingLimit(clock, max_steps=6)
+    x, y = data(20)
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=[clock, limit])
+    assert iterations(model) == 2
 
 
 def test_training_limit_max_minutes_zero_stops_after_one_step():
     model = tiny_model()
-    limit = TrainingLimit(max_minutes=0)
+    clock = UpdateClock()
+    limit = TrainingLimit(clock, max_minutes=0)
     assert limit.elapsed_seconds() == 0.0
     x, y = data(8)
-    model.fit(x, y, batch_size=2, epochs=3, verbose=0, callbacks=[limit])
+    model.fit(x, y, batch_size=2, epochs=3, verbose=0, callbacks=[clock, limit])
     assert iterations(model) == 1
     assert limit.elapsed_seconds() > 0.0
 
 
 def test_training_limit_without_limits_runs_everything():
     model = tiny_model()
-    limit = TrainingLimit()
+    clock = UpdateClock()
+    limit = TrainingLimit(clock)
     x, y = data(4)
-    model.fit(x, y, batch_size=2, epochs=3, verbose=0, callbacks=[limit])
+    model.fit(x, y, batch_size=2, epochs=3, verbose=0, callbacks=[clock, limit])
     assert iterations(model) == 6
+
+
+# --- StopOnNonFiniteLoss -------------------------------------------------------------
+
+
+class PoisonAt(keras.callbacks.Callback):
+    """Sets the Dense kernel to Inf before batch `index` (0-based)."""
+
+    def __init__(self, index):
+        super().__init__()
+        self.index = index
+        self.seen = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.seen == self.index:
+            kernel = self.model.layers[0].kernel
+            kernel.assign(np.full(kernel.shape, np.inf, "float32"))
+        self.seen += 1
+
+
+@pytest.mark.parametrize("accumulation,poisoned,step", [(1, 4, 5), (2, 4, 3)])
+def test_non_finite_loss_raises_naming_the_step(accumulation, poisoned, step):
+    model = tiny_model(accumulation if accumulation > 1 else None)
+    clock = UpdateClock(accumulation)
+    ended = []
+    ends = keras.callbacks.LambdaCallback(on_train_end=lambda logs: ended.append(1))
+    callbacks = [clock, StopOnNonFiniteLoss(clock), PoisonAt(poisoned), ends]
+    x, y = data(16)
+    with pytest.raises(TrainingDiverged, match=f"at step {step};") as error:
+        model.fit(x, y, batch_size=2, epochs=1, verbose=0, callbacks=callbacks)
+    assert error.value.step == step
+    assert not ended  # on_train_end (and any final save) never ran.
+
+
+# --- GracefulInterrupt ---------------------------------------------------------------
+
+
+class SignalAt(keras.callbacks.Callback):
+    def __init__(self, index, signum):
+        super().__init__()
+        self.index, self.signum, self.seen = index, signum, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.seen == self.index:
+            os.kill(os.getpid(), self.signum)
+        self.seen += 1
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_finishes_the_update_saves_and_stops(signum):
+    model = tiny_model(accumulation_steps=2)
+    clock = UpdateClock(2)
+    saved = []
+    interrupt = GracefulInterrupt(clock, lambda m: saved.append(clock.step))
+    previous = signal.getsignal(signum)
+    interrupt.install()
+    try:
+        x, y = data(40)
+        # The signal arrives after batch 5, inside update 3 (batches 5-6).
+        callbacks = [clock, interrupt, SignalAt(4, signum)]
+        model.fit(x, y, batch_size=2, epochs=5, verbose=0, callbacks=callbacks)
+    finally:
+        interrupt.uninstall()
+    assert interrupt.interrupted == signal.Signals(signum).name
+    assert saved == [3]
+    assert clock.batches == 6 and iterations(model) == 3
+    assert signal.getsignal(signum) == previous

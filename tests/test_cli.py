@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -142,7 +143,7 @@ def _train_files(tmp_path, source_lines, target_lines):
         "--train-src", str(source),
         "--train-tgt", str(target),
         "--run-dir", str(tmp_path / "run"),
-        "--vocab-size", "40",
+        "--vocab-size", "300",
         "--max-steps", "1",
     ]  # fmt: skip
     return argv, source, target
@@ -209,3 +210,105 @@ def test_unknown_preset_is_an_argparse_error(capsys):
         main(["train", "--preset", "huge"])
     assert info.value.code == 2
     assert "huge" in capsys.readouterr().err
+
+
+# --- every numeric flag is range-checked, naming the flag ---------------------------
+
+BAD_TRAIN_VALUES = [
+    ("--tokens-per-batch", "0"),
+    ("--vocab-size", "3"),
+    ("--accumulation-steps", "0"),
+    ("--max-length", "1"),
+    ("--epochs", "0"),
+    ("--max-steps", "0"),
+    ("--max-minutes", "-1"),
+    ("--learning-rate-scale", "0"),
+    ("--seed", "-1"),
+    ("--eval-every", "-1"),
+    ("--dev-subset", "0"),
+    ("--checkpoint-every", "-5"),
+    ("--keep-checkpoints", "0"),
+    ("--test-batch-size", "0"),
+    ("--beam-size", "0"),
+    ("--builtin-size", "0"),
+    ("--cpu-devices", "0"),
+    ("--tokens-per-batch", "many"),
+]
+
+
+@pytest.mark.parametrize("flag,value", BAD_TRAIN_VALUES)
+def test_train_numeric_flags_are_range_checked(
+    flag, value, monkeypatch, capsys, tmp_path, no_training
+):
+    monkeypatch.setattr(training, "load_dataset", _never)
+    argv = ["train", "--run-dir", str(tmp_path / "run"), flag, value]
+    try:
+        code = main(argv)
+    except SystemExit as exit:  # argparse's own usage error.
+        code = exit.code
+    assert code == 2
+    assert flag in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["translate", "--run-dir", "R", "--beam-size", "0"],
+        ["translate", "--run-dir", "R", "--alpha", "-0.5"],
+        ["translate", "--run-dir", "R", "--max-extra-length", "0"],
+        ["average", "--run-dir", "R", "--last", "0"],
+        ["summary", "--vocab-size", "0"],
+    ],
+)
+def test_other_numeric_flags_are_range_checked(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert argv[-2] in capsys.readouterr().err
+
+
+def test_python_options_are_range_checked_naming_field_and_flag():
+    with pytest.raises(ValueError, match=r"tokens_per_batch \(--tokens-per-batch\)"):
+        training.TrainOptions(tokens_per_batch=0)
+    with pytest.raises(ValueError, match=r"precision \(--precision\) must be one of"):
+        training.TrainOptions(precision="float8")
+
+
+def test_cli_defaults_come_from_train_options():
+    from keras_transformer.cli import build_parser
+
+    args = build_parser().parse_args(["train"])
+    for field in dataclasses.fields(training.TrainOptions):
+        if field.metadata.get("flag", True):
+            assert getattr(args, field.name) == field.default, field.name
+
+
+def test_every_flag_has_help_text():
+    from keras_transformer.cli import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    for name, command in commands.items():
+        for action in command._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"{name} {action.option_strings}"
+
+
+# --- evaluate --hyp needs no model ----------------------------------------------------
+
+
+def test_evaluate_hyp_without_run_dir(tmp_path, capsys):
+    hyp = tmp_path / "hyp.txt"
+    ref = tmp_path / "ref.txt"
+    hyp.write_text("ein Hund schläft .\nzwei Katzen\n", encoding="utf-8")
+    ref.write_text("ein Hund schläft .\nzwei Katzen\n", encoding="utf-8")
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref)]) == 0
+    assert "sacreBLEU 100.00" in capsys.readouterr().out
+
+
+def test_evaluate_src_without_run_dir_is_an_error(tmp_path, capsys):
+    src = tmp_path / "src.txt"
+    src.write_text("a\n")
+    assert main(["evaluate", "--src", str(src), "--ref", str(src)]) == 2
+    assert "--run-dir" in capsys.readouterr().err

@@ -21,7 +21,7 @@ def run_dir(tmp_path_factory):
     UNK, BOS), so each output has source length + MAX_EXTRA tokens and
     differs from line to line."""
     run = tmp_path_factory.mktemp("run")
-    tokenizer = train_tokenizer(make_corpus(), 100)
+    tokenizer = train_tokenizer(make_corpus(), 300)
     tokenizer.save(run / "tokenizer")
     model = no_eos_model(tokenizer.vocab_size)
     model.save(run / "model.keras")
@@ -62,7 +62,9 @@ def test_translate_without_a_model_is_an_error(tmp_path, capsys):
     source = write_lines(tmp_path / "input.txt", ["a dog."])
     argv = ["translate", "--run-dir", str(tmp_path), "--input", str(source)]
     assert main(argv) == 2
-    assert "model.keras not found" in capsys.readouterr().err
+    assert "has no model: neither model.keras nor a checkpoint" in (
+        capsys.readouterr().err
+    )
 
 
 def test_evaluate_line_count_mismatch_names_both_counts(tmp_path, capsys):

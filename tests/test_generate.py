@@ -10,7 +10,7 @@ from keras import ops
 
 from keras_transformer import build_transformer, decoding
 from keras_transformer.compile import compile_function
-from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.generate import (
     SequenceGenerator,
     cached_step_fn,
@@ -272,3 +272,61 @@ def test_beam_size_one_without_length_penalty_equals_greedy_search(model):
 def test_generator_rejects_bad_arguments(model, kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         SequenceGenerator(model, jit=False, **kwargs)
+
+
+# --- reserved ids are never generated ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reserved_model(model):
+    """The module's model, other weights, PAD, UNK and BOS made the likeliest
+    tokens: unsuppressed, a search would emit them (PAD is masked as a key
+    in the uncached path but not in the KV cache, so the two would
+    disagree)."""
+    reserved = build_transformer(model.config)
+    set_seeded_weights(reserved, seed=1, eos_bias=-1.0)
+    bias = reserved.get_layer("output_projection").bias
+    values = keras.ops.convert_to_numpy(bias).copy()
+    values[[PAD_ID, UNK_ID, BOS_ID]] = 6.0
+    bias.assign(values)
+    return reserved
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_pad_bos_unk_are_never_generated_and_cached_equals_uncached(
+    reserved_model, beam_size
+):
+    outputs = []
+    for cached in (True, False):
+        generator = SequenceGenerator(
+            reserved_model,
+            beam_size=beam_size,
+            max_extra_length=MAX_EXTRA,
+            cached=cached,
+            jit=False,
+        )
+        sequences, scores = generator(SOURCE[:2])
+        for row in sequences[:, 0]:
+            kept = row[: list(row).index(EOS_ID) + 1] if EOS_ID in row else row
+            kept = kept[kept != PAD_ID] if not (row == PAD_ID).all() else kept[:0]
+            assert len(kept) > 0
+            assert not np.isin(kept, [PAD_ID, UNK_ID, BOS_ID]).any(), row
+            # No PAD before the end of the hypothesis.
+            end = len(kept)
+            assert (row[:end] != PAD_ID).all(), row
+        outputs.append((sequences[:, 0], scores[:, 0]))
+    np.testing.assert_array_equal(outputs[0][0], outputs[1][0])
+    np.testing.assert_allclose(outputs[0][1], outputs[1][1], atol=1e-4)
+
+
+def test_allow_unk_lets_the_search_generate_unk(reserved_model):
+    generator = SequenceGenerator(
+        reserved_model,
+        beam_size=1,
+        max_extra_length=MAX_EXTRA,
+        jit=False,
+        allow_unk=True,
+    )
+    sequences, _ = generator(SOURCE[:2])
+    assert (sequences == UNK_ID).any()
+    assert not np.isin(sequences[sequences != PAD_ID], [BOS_ID]).any()

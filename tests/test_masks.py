@@ -56,7 +56,7 @@ def test_causal_mask_for_a_decoding_step():
     np.testing.assert_array_equal(as_bool(masks.causal_mask(query, key)), expected)
 
 
-def test_window_mask():
+def test_window_mask_is_a_neighbourhood_of_r_positions():
     positions = np.array([[0, 1, 2, 3, 4]], "int32")
     expected = np.array(
         [
@@ -69,11 +69,28 @@ def test_window_mask():
         bool,
     )[None]
     np.testing.assert_array_equal(
-        as_bool(masks.window_mask(positions, positions, 1)), expected
+        as_bool(masks.window_mask(positions, positions, 3)), expected
     )
-    wide = as_bool(masks.window_mask(positions, positions, 2))
+    wide = as_bool(masks.window_mask(positions, positions, 5))
     assert wide[0, 0].tolist() == [True, True, True, False, False]
     assert wide[0, 4].tolist() == [False, False, True, True, True]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("causal", [False, True])
+def test_window_covers_exactly_r_positions_as_in_section_4(size, causal):
+    """§4 / Table 1: a neighbourhood of size r, not 2r + 1 positions."""
+    positions = np.arange(20, dtype="int32")[None]
+    mask = as_bool(masks.window_mask(positions, positions, size, causal=causal))[0]
+    for query in range(size, 20 - size):  # Away from the edges.
+        keys = np.flatnonzero(mask[query])
+        assert len(keys) == size
+        assert keys.max() - keys.min() == size - 1  # Contiguous.
+        assert query in keys
+        if causal:
+            assert keys.max() == query  # The r positions ending at the query.
+        else:
+            assert query - keys.min() == size // 2  # Centred; one more before.
 
 
 def test_self_attention_mask_padding_only():
@@ -114,7 +131,7 @@ def test_self_attention_mask_causal_and_padding():
 
 
 def test_self_attention_mask_causal_window_and_padding():
-    mask = as_bool(masks.self_attention_mask(IDS, causal=True, window=1))
+    mask = as_bool(masks.self_attention_mask(IDS, causal=True, window=2))
     expected_full_row = np.array(
         [
             [1, 0, 0, 0, 0],

@@ -270,7 +270,7 @@ def test_save_and_load_keras_file(tmp_path):
 
 @pytest.mark.parametrize("num_layers", [1, 2])
 def test_attention_window_limits_encoder_receptive_field(num_layers):
-    window = 1
+    window = 3  # r = 3: each position sees itself and one on each side.
     config = small_config(
         num_encoder_layers=num_layers, num_decoder_layers=1, attention_window=window
     )
@@ -281,10 +281,10 @@ def test_attention_window_limits_encoder_receptive_field(num_layers):
     changed[:, far] = 45
     encoded = to_numpy(windowed.encode(source))
     encoded_changed = to_numpy(windowed.encode(changed))
-    # Position p sees p-1..p+1 in one layer; each layer widens that by
-    # `window`: with 1 layer positions 0..3 cannot see position 5, with 2
-    # layers positions 0..2.
-    reach = num_layers * window
+    # Position p sees p-1..p+1 in one layer; each layer widens that by one:
+    # with 1 layer positions 0..3 cannot see position 5, with 2 layers
+    # positions 0..2.
+    reach = num_layers * (window // 2)
     for position in range(S):
         same = np.allclose(
             encoded_changed[:, position], encoded[:, position], atol=1e-6

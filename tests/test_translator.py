@@ -20,7 +20,7 @@ SENTENCES = ["the dog sleeps.", "the old man likes the garden.", "water."]
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return train_tokenizer(make_corpus(), 100)
+    return train_tokenizer(make_corpus(), 300)
 
 
 @pytest.fixture(scope="module")

@@ -22,540 +22,86 @@ Only the standard library is used and all randomness flows from one
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import zlib
 from bisect import bisect
 from dataclasses import dataclass, replace
+from importlib import resources
 from typing import NamedTuple
 
 # --------------------------------------------------------------------------
-# Lexicon tables.  One entry per line, fields separated by "|".
+# Lexicon, loaded from builtin_lexicon.json (package data).
 # --------------------------------------------------------------------------
+# Every table is a list of rows, fields separated by "|".  Fields per table:
+#
+# nouns: en_sg | en_pl | de_sg | de_pl | gender | tags | extra.  "-" as plural
+#   marks a mass noun.  extra: "obl=X" is the accusative/dative singular of
+#   weak masculine nouns (den Jungen); "eg=X" overrides the natural gender
+#   used for English pronouns (das Mädchen -> her).
+# places: where a place noun takes which preposition.  German noun | German
+#   location preposition (dative) | English location preposition | direction
+#   preposition (zu: dative, others accusative; English always "to") | source
+#   (dative, English "from") | path preposition (accusative).  "-" = the noun
+#   does not take that role.
+# fixed: nouns used without an article in German (languages, games,
+#   instruments): en | de | tag.
+# names: name | gender.  cities: en | de.
+# adjectives: en | de | inflection stem ("-" = same) | tags of nouns it may
+#   describe.
+# verbs: id | English (particle after "+") | English past participle | German
+#   participle | aux (h/s) | frame | subject (h human, a any animate, x
+#   animal) | object tags ("dat/acc" for ditransitives) | PP kinds | irregular
+#   present.  id: German infinitive, a separable prefix is written "an~rufen";
+#   "#t" distinguishes a second frame of the same lemma.  Frames: i
+#   intransitive, m motion, t accusative, d dative, p:PREP:CASE:EN
+#   prepositional object, dt dative+accusative, w weather, s "dass" clause;
+#   ":EN" adds an English object preposition.  Irregular present: "du,er"
+#   forms (all six: full_forms).
+# full_forms: German root | its six present-tense forms.
+# modals: German | English for "can/must/may/want to/would like to" | six forms.
+# adverbs (time adverbials): English | German | usable in the perfect |
+#   usable with negation.
+# pronouns: code | en nominative | en object | en possessive | de nom | acc |
+#   dat | possessive stem.  English "you all" (2pl) keeps du/ihr apart so the
+#   source is not ambiguous.
+# numbers_*: one to twenty.  time_words_*: the words of the time adverbials,
+#   counted as lemmas (nouns and adverbs).  function_words_*: counted as
+#   lemmas too.
 
-# en_sg | en_pl | de_sg | de_pl | gender | tags | extra
-# "-" as plural marks a mass noun.  extra: "obl=X" is the accusative/dative
-# singular of weak masculine nouns (den Jungen); "eg=X" overrides the natural
-# gender used for English pronouns (das Mädchen -> her).
-_NOUNS = """
-man|men|Mann|Männer|m|human
-woman|women|Frau|Frauen|f|human
-child|children|Kind|Kinder|n|human|eg=n
-boy|boys|Junge|Jungen|m|human|obl=Jungen
-girl|girls|Mädchen|Mädchen|n|human|eg=f
-teacher|teachers|Lehrer|Lehrer|m|human
-student|students|Student|Studenten|m|human|obl=Studenten
-pupil|pupils|Schüler|Schüler|m|human
-doctor|doctors|Arzt|Ärzte|m|human shop
-friend|friends|Freund|Freunde|m|human
-neighbor|neighbors|Nachbar|Nachbarn|m|human|obl=Nachbarn
-baker|bakers|Bäcker|Bäcker|m|human shop
-cook|cooks|Koch|Köche|m|human
-police officer|police officers|Polizist|Polizisten|m|human|obl=Polizisten
-farmer|farmers|Bauer|Bauern|m|human|obl=Bauern
-waiter|waiters|Kellner|Kellner|m|human
-mother|mothers|Mutter|Mütter|f|human
-father|fathers|Vater|Väter|m|human
-brother|brothers|Bruder|Brüder|m|human
-sister|sisters|Schwester|Schwestern|f|human
-grandmother|grandmothers|Großmutter|Großmütter|f|human
-grandfather|grandfathers|Großvater|Großväter|m|human
-son|sons|Sohn|Söhne|m|human
-daughter|daughters|Tochter|Töchter|f|human
-uncle|uncles|Onkel|Onkel|m|human
-aunt|aunts|Tante|Tanten|f|human
-baby|babies|Baby|Babys|n|human|eg=n
-guest|guests|Gast|Gäste|m|human
-tourist|tourists|Tourist|Touristen|m|human|obl=Touristen
-king|kings|König|Könige|m|human
-queen|queens|Königin|Königinnen|f|human
-boss|bosses|Chef|Chefs|m|human
-singer|singers|Sänger|Sänger|m|human
-hairdresser|hairdressers|Friseur|Friseure|m|human shop
-dog|dogs|Hund|Hunde|m|animal
-cat|cats|Katze|Katzen|f|animal
-horse|horses|Pferd|Pferde|n|animal
-bird|birds|Vogel|Vögel|m|animal catch
-mouse|mice|Maus|Mäuse|f|animal catch
-cow|cows|Kuh|Kühe|f|animal
-pig|pigs|Schwein|Schweine|n|animal
-fish|fish|Fisch|Fische|m|animal catch
-sheep|sheep|Schaf|Schafe|n|animal
-rabbit|rabbits|Kaninchen|Kaninchen|n|animal
-bear|bears|Bär|Bären|m|animal|obl=Bären
-lion|lions|Löwe|Löwen|m|animal|obl=Löwen
-monkey|monkeys|Affe|Affen|m|animal|obl=Affen
-duck|ducks|Ente|Enten|f|animal
-chicken|chickens|Huhn|Hühner|n|animal
-elephant|elephants|Elefant|Elefanten|m|animal|obl=Elefanten
-fox|foxes|Fuchs|Füchse|m|animal
-wolf|wolves|Wolf|Wölfe|m|animal
-goat|goats|Ziege|Ziegen|f|animal
-frog|frogs|Frosch|Frösche|m|animal
-apple|apples|Apfel|Äpfel|m|food feed
-banana|bananas|Banane|Bananen|f|food
-pear|pears|Birne|Birnen|f|food
-orange|oranges|Orange|Orangen|f|food
-cake|cakes|Kuchen|Kuchen|m|food bake make
-bread|-|Brot|-|n|food bake feed
-soup|soups|Suppe|Suppen|f|food cook
-salad|salads|Salat|Salate|m|food make
-roll|rolls|Brötchen|Brötchen|n|food bake
-egg|eggs|Ei|Eier|n|food cook
-cheese|-|Käse|-|m|food feed
-pizza|pizzas|Pizza|Pizzas|f|food bake
-sausage|sausages|Wurst|Würste|f|food feed
-potato|potatoes|Kartoffel|Kartoffeln|f|food cook
-tomato|tomatoes|Tomate|Tomaten|f|food
-carrot|carrots|Karotte|Karotten|f|food feed
-cookie|cookies|Keks|Kekse|m|food bake
-chocolate|-|Schokolade|-|f|food
-rice|-|Reis|-|m|food cook
-meat|-|Fleisch|-|n|food cook feed
-fruit|-|Obst|-|n|food
-sandwich|sandwiches|Sandwich|Sandwiches|n|food make
-coffee|-|Kaffee|-|m|drink make
-tea|-|Tee|-|m|drink make
-water|-|Wasser|-|n|drink
-milk|-|Milch|-|f|drink
-juice|-|Saft|-|m|drink
-beer|-|Bier|-|n|drink
-wine|-|Wein|-|m|drink
-lemonade|-|Limonade|-|f|drink
-book|books|Buch|Bücher|n|thing read write lend
-newspaper|newspapers|Zeitung|Zeitungen|f|thing read
-letter|letters|Brief|Briefe|m|thing read write send open
-magazine|magazines|Zeitschrift|Zeitschriften|f|thing read lend
-story|stories|Geschichte|Geschichten|f|read write tell
-message|messages|Nachricht|Nachrichten|f|read write send
-picture|pictures|Bild|Bilder|n|thing picture
-photo|photos|Foto|Fotos|n|thing picture send
-key|keys|Schlüssel|Schlüssel|m|thing
-bag|bags|Tasche|Taschen|f|thing container open shut
-ball|balls|Ball|Bälle|m|thing catch
-phone|phones|Telefon|Telefone|n|thing device
-computer|computers|Computer|Computer|m|thing device lend
-lamp|lamps|Lampe|Lampen|f|thing device
-table|tables|Tisch|Tische|m|furniture
-chair|chairs|Stuhl|Stühle|m|furniture
-bed|beds|Bett|Betten|n|furniture
-door|doors|Tür|Türen|f|open shut
-window|windows|Fenster|Fenster|n|open shut
-box|boxes|Kiste|Kisten|f|thing container open shut
-bottle|bottles|Flasche|Flaschen|f|thing container open shut
-cup|cups|Tasse|Tassen|f|thing container
-glass|glasses|Glas|Gläser|n|thing container
-plate|plates|Teller|Teller|m|thing
-knife|knives|Messer|Messer|n|thing
-spoon|spoons|Löffel|Löffel|m|thing
-pen|pens|Stift|Stifte|m|thing lend
-watch|watches|Uhr|Uhren|f|thing
-gift|gifts|Geschenk|Geschenke|n|thing send
-umbrella|umbrellas|Regenschirm|Regenschirme|m|thing lend
-radio|radios|Radio|Radios|n|thing device
-TV|TVs|Fernseher|Fernseher|m|device
-flower|flowers|Blume|Blumen|f|thing picture
-tree|trees|Baum|Bäume|m|plant
-ticket|tickets|Fahrkarte|Fahrkarten|f|thing
-package|packages|Paket|Pakete|n|thing send open
-money|-|Geld|-|n|money
-coat|coats|Mantel|Mäntel|m|clothing
-jacket|jackets|Jacke|Jacken|f|clothing
-shirt|shirts|Hemd|Hemden|n|clothing
-dress|dresses|Kleid|Kleider|n|clothing
-hat|hats|Hut|Hüte|m|clothing
-shoe|shoes|Schuh|Schuhe|m|clothing
-sweater|sweaters|Pullover|Pullover|m|clothing
-scarf|scarves|Schal|Schals|m|clothing
-car|cars|Auto|Autos|n|vehicle lend
-bike|bikes|Fahrrad|Fahrräder|n|vehicle lend
-bus|buses|Bus|Busse|m|vehicle wait
-train|trains|Zug|Züge|m|vehicle wait
-boat|boats|Boot|Boote|n|vehicle
-plane|planes|Flugzeug|Flugzeuge|n|vehicle
-song|songs|Lied|Lieder|n|song
-movie|movies|Film|Filme|m|media
-game|games|Spiel|Spiele|n|media task
-joke|jokes|Witz|Witze|m|tell
-question|questions|Frage|Fragen|f|task
-task|tasks|Aufgabe|Aufgaben|f|task
-word|words|Wort|Wörter|n|task
-rule|rules|Regel|Regeln|f|task
-weather|-|Wetter|-|n|weather
-house|houses|Haus|Häuser|n|place room build home
-garden|gardens|Garten|Gärten|m|place
-park|parks|Park|Parks|m|place
-school|schools|Schule|Schulen|f|place build
-station|stations|Bahnhof|Bahnhöfe|m|place
-market|markets|Markt|Märkte|m|place
-beach|beaches|Strand|Strände|m|place
-lake|lakes|See|Seen|m|place
-river|rivers|Fluss|Flüsse|m|place
-forest|forests|Wald|Wälder|m|place
-city|cities|Stadt|Städte|f|place home
-library|libraries|Bibliothek|Bibliotheken|f|place
-cinema|cinemas|Kino|Kinos|n|place
-museum|museums|Museum|Museen|n|place visit
-restaurant|restaurants|Restaurant|Restaurants|n|place
-hotel|hotels|Hotel|Hotels|n|place build home
-kitchen|kitchens|Küche|Küchen|f|place room
-room|rooms|Zimmer|Zimmer|n|place room
-office|offices|Büro|Büros|n|place room
-church|churches|Kirche|Kirchen|f|place build visit
-hospital|hospitals|Krankenhaus|Krankenhäuser|n|place build
-supermarket|supermarkets|Supermarkt|Supermärkte|m|place
-bakery|bakeries|Bäckerei|Bäckereien|f|place
-village|villages|Dorf|Dörfer|n|place home
-street|streets|Straße|Straßen|f|place
-bridge|bridges|Brücke|Brücken|f|place build
-mountain|mountains|Berg|Berge|m|place
-farm|farms|Bauernhof|Bauernhöfe|m|place
-airport|airports|Flughafen|Flughäfen|m|place
-zoo|zoos|Zoo|Zoos|m|place visit
-playground|playgrounds|Spielplatz|Spielplätze|m|place
-swimming pool|swimming pools|Schwimmbad|Schwimmbäder|n|place
-tower|towers|Turm|Türme|m|build visit
-sofa|sofas|Sofa|Sofas|n|furniture place
-"""
+_LEXICON_FILE = "builtin_lexicon.json"
 
-# Where a place noun takes which preposition.  German location preposition
-# (dative) | English location preposition | direction preposition (zu: dative,
-# others accusative; English always "to") | source (dative, English "from") |
-# path preposition (accusative).  "-" = the noun does not take that role.
-_PLACES = """
-Haus|in|in|zu|aus|-
-Garten|in|in|in|aus|durch
-Park|in|in|in|aus|durch
-Schule|in|at|zu|aus|-
-Bahnhof|an|at|zu|von|-
-Markt|auf|at|zu|von|über
-Strand|an|on|an|von|-
-See|an|at|an|von|-
-Fluss|an|by|an|von|über
-Wald|in|in|in|aus|durch
-Stadt|in|in|in|aus|durch
-Bibliothek|in|in|in|aus|-
-Kino|in|at|in|aus|-
-Museum|in|in|in|aus|durch
-Restaurant|in|in|in|aus|-
-Hotel|in|in|in|aus|-
-Küche|in|in|in|aus|-
-Zimmer|in|in|in|aus|-
-Büro|in|in|in|aus|-
-Kirche|in|in|in|aus|-
-Krankenhaus|in|in|in|aus|-
-Supermarkt|in|at|in|aus|-
-Bäckerei|in|at|in|aus|-
-Dorf|in|in|in|aus|durch
-Straße|auf|on|-|-|über
-Brücke|auf|on|-|-|über
-Berg|auf|on|auf|von|-
-Bauernhof|auf|on|zu|von|-
-Flughafen|an|at|zu|von|-
-Zoo|in|at|in|aus|durch
-Spielplatz|auf|at|zu|von|über
-Schwimmbad|in|at|in|aus|-
-Sofa|auf|on|-|-|-
-"""
 
-# Nouns used without an article in German: languages, games, instruments.
-# en | de | tag
-_FIXED = """
-German|Deutsch|lang
-English|Englisch|lang
-French|Französisch|lang
-Spanish|Spanisch|lang
-Italian|Italienisch|lang
-football|Fußball|game
-tennis|Tennis|game
-chess|Schach|game
-cards|Karten|game
-the piano|Klavier|game
-the guitar|Gitarre|game
-the violin|Geige|game
-the drums|Schlagzeug|game
-"""
+def _load_lexicon() -> dict[str, list[str]]:
+    """The tables of builtin_lexicon.json (read once, at import)."""
+    resource = resources.files("keras_transformer.data").joinpath(_LEXICON_FILE)
+    try:
+        return json.loads(resource.read_text(encoding="utf-8"))
+    except FileNotFoundError as error:
+        # A non-editable install without package data would end up here.
+        raise RuntimeError(
+            f"{resource} is missing: it is package data of keras_transformer "
+            "(see [tool.setuptools.package-data] in pyproject.toml)."
+        ) from error
 
-_NAMES = """
-Anna|f Peter|m Maria|f Thomas|m Julia|f Michael|m Laura|f Paul|m Lisa|f Jan|m
-Sarah|f David|m Emma|f Lukas|m Sophie|f Felix|m Lena|f Max|m Nina|f Tom|m
-Clara|f Ben|m Hannah|f Jonas|m Eva|f Martin|m Sabine|f Stefan|m Lea|f Leon|m
-"""
 
-_CITIES = """
-Berlin|Berlin Hamburg|Hamburg Munich|München Vienna|Wien Cologne|Köln
-Paris|Paris London|London Rome|Rom Zurich|Zürich Prague|Prag
-"""
+def _rows(entries: list[str]) -> list[list[str]]:
+    """Split "a|b|c" rows of a lexicon table into lists of stripped fields."""
+    return [[field.strip() for field in entry.split("|")] for entry in entries]
 
-# en | de | inflection stem ("-" = same) | tags of nouns it may describe
-_ADJECTIVES = """
-big|groß|-|thing place animal human vehicle clothing furniture build
-small|klein|-|thing place animal human vehicle clothing furniture build
-old|alt|-|thing place animal human vehicle clothing furniture build
-new|neu|-|thing place vehicle clothing device furniture build media
-young|jung|-|human animal
-beautiful|schön|-|thing place animal human clothing weather build
-ugly|hässlich|-|thing place animal clothing furniture
-red|rot|-|thing vehicle clothing furniture
-blue|blau|-|thing vehicle clothing furniture
-green|grün|-|thing vehicle clothing furniture
-yellow|gelb|-|thing vehicle clothing
-black|schwarz|-|thing vehicle clothing animal furniture
-white|weiß|-|thing vehicle clothing animal furniture
-brown|braun|-|thing clothing animal furniture
-gray|grau|-|thing vehicle clothing animal
-long|lang|-|clothing read
-short|kurz|-|clothing read
-heavy|schwer|-|container furniture
-expensive|teuer|teur|thing vehicle clothing device
-cheap|billig|-|thing vehicle clothing device
-clean|sauber|-|thing place vehicle clothing
-dirty|schmutzig|-|thing place vehicle clothing animal
-empty|leer|-|container room
-full|voll|-|container
-modern|modern|-|place vehicle device build
-famous|berühmt|-|human song media
-interesting|interessant|-|read media human
-boring|langweilig|-|read media human
-funny|lustig|-|human tell media
-important|wichtig|-|read human task
-difficult|schwierig|-|task
-easy|einfach|-|task
-quiet|ruhig|-|place human animal
-loud|laut|-|human animal place song
-fast|schnell|-|vehicle animal human
-slow|langsam|-|vehicle animal human
-strong|stark|-|human animal
-friendly|freundlich|-|human animal
-nice|nett|-|human
-happy|glücklich|-|human
-sad|traurig|-|human
-tired|müde|müd|human animal
-hungry|hungrig|-|human animal
-thirsty|durstig|-|human animal
-sick|krank|-|human animal
-rich|reich|-|human
-poor|arm|-|human
-smart|klug|-|human animal
-lazy|faul|-|human animal
-brave|mutig|-|human
-angry|wütend|-|human animal
-fresh|frisch|-|food drink
-hot|heiß|-|drink
-cold|kalt|-|drink weather
-warm|warm|-|drink clothing weather
-sweet|süß|-|food drink
-delicious|lecker|-|food drink
-sour|sauer|saur|food drink
-dark|dunkel|dunkl|place clothing
-dangerous|gefährlich|-|animal place
-wild|wild|-|animal
-"""
 
-# id | English (particle after "+") | English past participle | German
-# participle | aux (h/s) | frame | subject (h human, a any animate, x animal)
-# | object tags ("dat/acc" for ditransitives) | PP kinds | irregular present.
-# id: German infinitive, separable prefix before "|" is written "an~rufen";
-# "#t" distinguishes a second frame of the same lemma.  Frames: i intransitive,
-# m motion, t accusative, d dative, p:PREP:CASE:EN prepositional object,
-# dt dative+accusative, w weather, s "dass" clause; ":EN" adds an English object
-# preposition.  Irregular present: "du,er" forms (all six: _FULL_FORMS).
-_VERBS = """
-schlafen|sleep|slept|geschlafen|h|i|a|-|loc|schläfst,schläft
-spielen|play|played|gespielt|h|i|a|-|loc com gegen|
-arbeiten|work|worked|gearbeitet|h|i|h|-|loc com ben|
-wohnen|live|lived|gewohnt|h|i|h|-|res bei|
-bleiben|stay|stayed|geblieben|s|i|a|-|loc bei|
-warten|wait|waited|gewartet|h|i|h|-|loc com|
-lachen|laugh|laughed|gelacht|h|i|h|-|loc com|
-singen|sing|sung|gesungen|h|i|h|-|loc com ben|
-tanzen|dance|danced|getanzt|h|i|h|-|loc com|
-schwimmen|swim|swum|geschwommen|s|i|a|-|loc com|
-sitzen|sit|sat|gesessen|h|i|a|-|loc|
-stehen|stand|stood|gestanden|h|i|a|-|loc|
-weinen|cry|cried|geweint|h|i|h|-|loc|
-kochen|cook|cooked|gekocht|h|i|h|-|loc com ben|
-kämpfen|fight|fought|gekämpft|h|i|a|-|gegen|
-frühstücken|have+breakfast|had|gefrühstückt|h|i|h|-|loc com|
-telefonieren|talk+on the phone|talked|telefoniert|h|i|h|-|com|
-studieren|study|studied|studiert|h|i|h|-|city|
-auf~stehen|get+up|gotten|aufgestanden|s|i|h|-|-|
-ein~schlafen|fall+asleep|fallen|eingeschlafen|s|i|a|-|loc|schläfst,schläft
-an~kommen|arrive|arrived|angekommen|s|i|h|-|loc city|
-ab~fahren|leave|left|abgefahren|s|i|h|-|src|fährst,fährt
-zurück~kommen|come+back|come|zurückgekommen|s|i|h|-|src|
-mit~kommen|come+along|come|mitgekommen|s|i|h|-|-|
-fern~sehen|watch+TV|watched|ferngesehen|h|i|h|-|loc com|siehst,sieht
-ein~kaufen|go+shopping|gone|eingekauft|h|i|h|-|loc com|
-regnen|rain|rained|geregnet|h|w|-|-|-|
-schneien|snow|snowed|geschneit|h|w|-|-|-|
-gehen|go|gone|gegangen|s|m|h|-|dir path com ohne|
-laufen|run|run|gelaufen|s|m|a|-|dir path com|läufst,läuft
-fahren|drive|driven|gefahren|s|m|h|-|dir path com ohne|fährst,fährt
-fliegen|fly|flown|geflogen|s|m|h|-|dircity|
-kommen|come|come|gekommen|s|m|h|-|dir src com|
-reisen|travel|traveled|gereist|s|m|h|-|dircity com ohne|
-wandern|hike|hiked|gewandert|s|m|h|-|path com|
-lesen|read|read|gelesen|h|t|h|read|loc|liest,liest
-essen|eat|eaten|gegessen|h|t|h|food|loc com|isst,isst
-fressen#t|eat|eaten|gefressen|h|t|x|feed|loc|frisst,frisst
-trinken|drink|drunk|getrunken|h|t|a|drink|loc com|
-kaufen|buy|bought|gekauft|h|t|h|food drink read thing clothing vehicle|loc ben|
-verkaufen|sell|sold|verkauft|h|t|h|thing clothing vehicle|loc|
-sehen|see|seen|gesehen|h|t|a|human animal vehicle thing build media|loc|siehst,sieht
-hören|hear|heard|gehört|h|t|a|human animal song|loc|
-haben|have|had|gehabt|h|t|h|animal thing vehicle clothing money|-|
-brauchen|need|needed|gebraucht|h|t|h|thing vehicle clothing money|-|
-suchen|look|looked|gesucht|h|t:for|a|human animal thing|loc|
-finden|find|found|gefunden|h|t|a|human animal thing|loc|
-nehmen|take|taken|genommen|h|t|h|thing food|-|nimmst,nimmt
-machen|make|made|gemacht|h|t|h|make|loc ben|
-kochen#t|cook|cooked|gekocht|h|t|h|cook|loc ben|
-backen|bake|baked|gebacken|h|t|h|bake|loc ben|
-schreiben|write|written|geschrieben|h|t|h|write|loc ben|
-lieben|love|loved|geliebt|h|t|h|human animal|-|
-mögen|like|liked|gemocht|h|t|h|food drink animal human media|-|
-besuchen|visit|visited|besucht|h|t|h|human visit city|-|
-fragen|ask|asked|gefragt|h|t|h|human|-|
-treffen|meet|met|getroffen|h|t|h|human|loc|triffst,trifft
-kennen|know|known|gekannt|h|t|h|human city|-|
-waschen|wash|washed|gewaschen|h|t|h|vehicle clothing animal|-|wäschst,wäscht
-öffnen|open|opened|geöffnet|h|t|h|open|-|
-schließen|close|closed|geschlossen|h|t|h|shut|-|
-tragen|carry|carried|getragen|h|t|h|container furniture|-|trägst,trägt
-bauen|build|built|gebaut|h|t|h|build|ben|
-malen|paint|painted|gemalt|h|t|h|picture animal|ben|
-zeichnen|draw|drawn|gezeichnet|h|t|h|picture animal|ben|
-verlieren|lose|lost|verloren|h|t|h|thing money|loc|
-vergessen|forget|forgotten|vergessen|h|t|h|thing|loc|vergisst,vergisst
-bekommen|receive|received|bekommen|h|t|h|send|-|
-lernen|learn|learned|gelernt|h|t|h|lang|loc com|
-sprechen#t|speak|spoken|gesprochen|h|t|h|lang|-|sprichst,spricht
-spielen#t|play|played|gespielt|h|t|h|game|loc com gegen|
-verstehen|understand|understood|verstanden|h|t|h|human task lang|-|
-benutzen|use|used|benutzt|h|t|h|device thing|-|
-reparieren|repair|repaired|repariert|h|t|h|vehicle device|ben|
-putzen|clean|cleaned|geputzt|h|t|h|room vehicle|-|
-holen|fetch|fetched|geholt|h|t|a|thing|-|
-fangen|catch|caught|gefangen|h|t|a|catch|-|fängst,fängt
-füttern|feed|fed|gefüttert|h|t|h|animal|-|
-singen#t|sing|sung|gesungen|h|t|h|song|ben|
-an~rufen|call|called|angerufen|h|t|h|human|-|
-ab~holen|pick+up|picked|abgeholt|h|t|h|human|src|
-an~ziehen|put+on|put|angezogen|h|t|h|clothing|-|
-aus~ziehen|take+off|taken|ausgezogen|h|t|h|clothing|-|
-ein~laden|invite|invited|eingeladen|h|t|h|human|-|lädst,lädt
-auf~räumen|tidy+up|tidied|aufgeräumt|h|t|h|room|-|
-mit~bringen|bring+along|brought|mitgebracht|h|t|h|food drink thing|-|
-ein~schalten|turn+on|turned|eingeschaltet|h|t|h|device|-|
-aus~schalten|turn+off|turned|ausgeschaltet|h|t|h|device|-|
-an~schauen|look|looked|angeschaut|h|t:at|h|picture human animal|-|
-vor~bereiten|prepare|prepared|vorbereitet|h|t|h|cook make|ben|
-helfen|help|helped|geholfen|h|d|h|human|loc|hilfst,hilft
-danken|thank|thanked|gedankt|h|d|h|human|-|
-antworten|answer|answered|geantwortet|h|d|h|human|-|
-folgen|follow|followed|gefolgt|s|d|a|human animal|path|
-zu~hören|listen|listened|zugehört|h|d:to|h|human|-|
-gratulieren|congratulate|congratulated|gratuliert|h|d|h|human|-|
-warten#p|wait|waited|gewartet|h|p:auf:acc:for|h|human wait|loc|
-denken#p|think|thought|gedacht|h|p:an:acc:of|h|human animal|-|
-sprechen#p|talk|talked|gesprochen|h|p:mit:dat:to|h|human|loc|sprichst,spricht
-träumen|dream|dreamed|geträumt|h|p:von:dat:of|h|vehicle animal human|-|
-geben|give|given|gegeben|h|dt|h|human/thing food drink|-|gibst,gibt
-zeigen|show|shown|gezeigt|h|dt|h|human/picture thing vehicle|-|
-schicken|send|sent|geschickt|h|dt|h|human/send|-|
-bringen|bring|brought|gebracht|h|dt|h|human/food drink thing|-|
-erzählen|tell|told|erzählt|h|dt|h|human/tell|-|
-leihen|lend|lent|geliehen|h|dt|h|human/lend|-|
-erklären|explain|explained|erklärt|h|dt:to|h|human/task|-|
-sagen#s|say|said|gesagt|h|s|h|-|-|
-wissen#s|know|known|gewusst|h|s|h|-|-|
-denken#s|think|thought|gedacht|h|s|h|-|-|
-glauben#s|believe|believed|geglaubt|h|s|h|-|-|
-hoffen#s|hope|hoped|gehofft|h|s|h|-|-|
-hören#s|hear|heard|gehört|h|s|h|-|-|
-"""
-
-# German | English for "can/must/may/want to/would like to" | six forms
-_MODALS = {
-    "können": ("can", "kann kannst kann können könnt können"),
-    "müssen": ("must", "muss musst muss müssen müsst müssen"),
-    "dürfen": ("may", "darf darfst darf dürfen dürft dürfen"),
-    "wollen": ("want", "will willst will wollen wollt wollen"),
-    "möchten": ("would", "möchte möchtest möchte möchten möchtet möchten"),
-}
-
-# Time adverbials: English | German | usable in the perfect | usable with negation
-_ADVERBS = """
-today|heute|y|y
-now|jetzt|n|y
-every day|jeden Tag|n|n
-sometimes|manchmal|n|n
-in the morning|am Morgen|n|y
-in the evening|am Abend|n|y
-on the weekend|am Wochenende|n|y
-this morning|heute Morgen|y|y
-this evening|heute Abend|n|y
-this week|diese Woche|y|y
-on Monday|am Montag|n|y
-on Tuesday|am Dienstag|n|y
-on Wednesday|am Mittwoch|n|y
-on Thursday|am Donnerstag|n|y
-on Friday|am Freitag|n|y
-on Saturday|am Samstag|n|y
-on Sunday|am Sonntag|n|y
-"""
-
-_NUMBERS_EN = (
-    "one two three four five six seven eight nine ten eleven twelve thirteen "
-    "fourteen fifteen sixteen seventeen eighteen nineteen twenty"
-).split()
-_NUMBERS_DE = (
-    "eins zwei drei vier fünf sechs sieben acht neun zehn elf zwölf dreizehn "
-    "vierzehn fünfzehn sechzehn siebzehn achtzehn neunzehn zwanzig"
-).split()
-
-# code: en nominative, en object, en possessive, de nom, acc, dat, possessive stem
-_PRONOUNS = {
-    "1sg": ("I", "me", "my", "ich", "mich", "mir", "mein"),
-    "2sg": ("you", "you", "your", "du", "dich", "dir", "dein"),
-    "3sg.m": ("he", "him", "his", "er", "ihn", "ihm", "sein"),
-    "3sg.f": ("she", "her", "her", "sie", "sie", "ihr", "ihr"),
-    "3sg.n": ("it", "it", "its", "es", "es", "ihm", "sein"),
-    "1pl": ("we", "us", "our", "wir", "uns", "uns", "unser"),
-    # English "you all" keeps du/ihr apart so the source is not ambiguous.
-    "2pl": ("you all", "you all", "your", "ihr", "euch", "euch", "euer"),
-    "3pl": ("they", "them", "their", "sie", "sie", "ihnen", "ihr"),
-}
+_LEXICON = _load_lexicon()
+_FULL_FORMS = dict(_rows(_LEXICON["full_forms"]))
+_MODALS = {de: (en, forms) for de, en, forms in _rows(_LEXICON["modals"])}
+_PRONOUNS = {code: tuple(forms) for code, *forms in _rows(_LEXICON["pronouns"])}
+_NUMBERS_EN = _LEXICON["numbers_en"]
+_NUMBERS_DE = _LEXICON["numbers_de"]
+_TIME_WORDS_EN = _LEXICON["time_words_en"]
+_TIME_WORDS_DE = _LEXICON["time_words_de"]
+_FUNCTION_WORDS_EN = _LEXICON["function_words_en"]
+_FUNCTION_WORDS_DE = _LEXICON["function_words_de"]
 _PERSON_INDEX = {"1sg": 0, "2sg": 1, "1pl": 3, "2pl": 4, "3pl": 5}  # else 2
-
-# Words of the time adverbials, counted as lemmas (nouns and adverbs).
-_TIME_WORDS_EN = (
-    "Monday Tuesday Wednesday Thursday Friday Saturday Sunday morning evening "
-    "weekend week day today now sometimes every this"
-)
-_TIME_WORDS_DE = (
-    "Montag Dienstag Mittwoch Donnerstag Freitag Samstag Sonntag Morgen Abend "
-    "Wochenende Woche Tag heute jetzt manchmal jeden diese"
-)
-# Function words, counted as lemmas too.
-_FUNCTION_WORDS_EN = (
-    "the a not no because that if and but in at on to from through across with "
-    "for without against by of home"
-).split()
-_FUNCTION_WORDS_DE = (
-    "der ein kein nicht weil dass wenn und aber in an auf zu aus von nach bei mit "
-    "für ohne durch gegen über Hause"
-).split()
-
-
-def _rows(table: str, sep: str | None = "\n") -> list[list[str]]:
-    """Split a lexicon table into rows of stripped fields."""
-    return [
-        [field.strip() for field in row.split("|")]
-        for row in table.strip().split(sep)
-        if row.strip()
-    ]
 
 
 # --------------------------------------------------------------------------
@@ -598,13 +144,6 @@ class Verb(NamedTuple):
     forms: tuple[str, ...]  # six present-tense forms of the root
 
 
-_FULL_FORMS = {
-    "haben": "habe hast hat haben habt haben",
-    "mögen": "mag magst mag mögen mögt mögen",
-    "wissen": "weiß weißt weiß wissen wisst wissen",
-}
-
-
 def _present_forms(root: str, irregular: str) -> tuple[str, ...]:
     """Conjugate a German verb in the present tense (ich, du, er, wir, ihr, sie)."""
     if root in _FULL_FORMS:
@@ -628,7 +167,7 @@ def _present_forms(root: str, irregular: str) -> tuple[str, ...]:
 
 def _parse_nouns() -> dict[str, Noun]:
     nouns = {}
-    for en, en_pl, de, de_pl, gender, tags, *extra in _rows(_NOUNS):
+    for en, en_pl, de, de_pl, gender, tags, *extra in _rows(_LEXICON["nouns"]):
         opts = dict(item.split("=") for item in extra if item)
         tagset = frozenset(tags.split())
         obl, en_gender = opts.get("obl", de), opts.get("eg", gender)
@@ -638,7 +177,7 @@ def _parse_nouns() -> dict[str, Noun]:
 
 def _parse_verbs() -> dict[str, Verb]:
     verbs = {}
-    for row in _rows(_VERBS):
+    for row in _rows(_LEXICON["verbs"]):
         key, en, en_pp, de_pp, aux, frame, subj, obj, pps, irregular = row
         lemma = key.split("#")[0]
         prefix, _, root = lemma.rpartition("~")
@@ -659,15 +198,18 @@ def _parse_verbs() -> dict[str, Verb]:
 
 NOUNS = _parse_nouns()
 VERBS = _parse_verbs()
-PLACES = {row[0]: tuple(row[1:]) for row in _rows(_PLACES)}
-FIXED = {de: (en, tag) for en, de, tag in _rows(_FIXED)}
-NAMES = dict(_rows(_NAMES, sep=None))
-CITIES = {de: en for en, de in _rows(_CITIES, sep=None)}
+PLACES = {row[0]: tuple(row[1:]) for row in _rows(_LEXICON["places"])}
+FIXED = {de: (en, tag) for en, de, tag in _rows(_LEXICON["fixed"])}
+NAMES = dict(_rows(_LEXICON["names"]))
+CITIES = {de: en for en, de in _rows(_LEXICON["cities"])}
 ADJECTIVES = {
     de: (en, de if stem == "-" else stem, frozenset(tags.split()))
-    for en, de, stem, tags in _rows(_ADJECTIVES)
+    for en, de, stem, tags in _rows(_LEXICON["adjectives"])
 }
-ADVERBS = {de: (en, perf == "y", neg == "y") for en, de, perf, neg in _rows(_ADVERBS)}
+ADVERBS = {
+    de: (en, perf == "y", neg == "y")
+    for en, de, perf, neg in _rows(_LEXICON["adverbs"])
+}
 
 
 def lexicon_size() -> dict[str, int]:
@@ -690,7 +232,7 @@ def lexicon_size() -> dict[str, int]:
             {p[0] if en else p[3] for p in _PRONOUNS.values()},
             set(NAMES),
             {e if en else d for d, e in CITIES.items()},
-            set((_TIME_WORDS_EN if en else _TIME_WORDS_DE).split()),
+            set(_TIME_WORDS_EN if en else _TIME_WORDS_DE),
             set(_FUNCTION_WORDS_EN if en else _FUNCTION_WORDS_DE),
         ]
         counts[lang] = sum(len(g) for g in groups)

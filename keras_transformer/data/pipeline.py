@@ -2,9 +2,9 @@
 token-budget batches with a small fixed set of padded shapes.
 
 Every batch has one of `len(buckets)` shapes: bucket b pads source and target
-to `buckets[b]` tokens and always holds `batch_size(b)` rows (a bucket's last
-batch is completed with all-pad rows, whose labels are pad and so carry no
-loss). On JAX, and under XLA on TensorFlow, each new shape is a new
+to `buckets[b]` tokens and always holds `batch_size(b)` rows (a batch with
+fewer pairs is completed with all-pad rows, whose labels are pad and so carry
+no loss). On JAX, and under XLA on TensorFlow, each new shape is a new
 compilation, so a bounded number of shapes is a requirement, not a nicety.
 """
 
@@ -86,20 +86,55 @@ def bucket_lengths(max_length: int, buckets: Sequence[int] = DEFAULT_BUCKETS):
     return tuple(chosen) + (max_length,)
 
 
+@dataclasses.dataclass(frozen=True)
+class DataPosition:
+    """Where the training stream stands: the next batch is batch `index` of
+    epoch `epoch`'s plan. Stored in every checkpoint, so a resumed run feeds
+    exactly the batch the uninterrupted run would have fed next."""
+
+    epoch: int = 0
+    index: int = 0
+
+
 class BucketedBatches(keras.utils.PyDataset):
-    """Token-budget batches of (inputs dict, labels) for `model.fit`.
+    """Token-budget batches of (inputs dict, labels, token weights) for `fit`.
+
+    Batching. A pair goes to the first bucket that holds its source and its
+    shifted target. Each bucket's rows are shuffled (seeded by (seed, epoch))
+    and cut into full batches; the remainder, too few rows for a batch of its
+    own, moves up to the next (longer) bucket instead of becoming a
+    near-empty batch. The last bucket's rows are spread evenly over its
+    batches. The batch order is shuffled, and the epoch is completed with
+    empty batches to a whole number of optimizer updates.
+
+    Token weights. One optimizer update is `accumulation_steps` consecutive
+    batches. Every real target token of an update gets the weight
+    accumulation_steps / N, N the number of real target tokens in the whole
+    update (all its batches, all replicas and workers); pad targets get 0.
+    `LabelSmoothedCrossEntropy` sums weight x token loss, Keras averages the
+    accumulated gradients over the k batches and sums them over replicas, so
+    each update follows the per-token mean loss over all of its tokens,
+    whatever the batches' sizes.
 
     Args:
         source_ids: ragged source ids (no BOS/EOS).
         target_ids: ragged target ids (no BOS/EOS); shifted here.
-        tokens_per_batch: budget of padded target tokens per batch; the rows
-            of bucket b are max(1, tokens_per_batch // length_b), rounded
-            down to a multiple of 8 where that leaves at least 8.
-        buckets: sorted padded lengths; a pair goes to the first bucket that
-            holds its source and its shifted target.
+        tokens_per_batch: budget of padded target tokens per (global) batch;
+            the rows of bucket b are tokens_per_batch // length_b (at least
+            `row_multiple`), rounded down to a multiple of 8 where that
+            leaves at least 8, and always to a multiple of `row_multiple`.
+        buckets: sorted padded lengths.
         shuffle: reshuffle rows and batch order every epoch, seeded by
             (seed, epoch), so a run is reproducible and resumable.
         seed: int.
+        accumulation_steps: batches per optimizer update (k).
+        row_multiple: every global batch's row count is a multiple of this
+            (the number of replicas in all processes, so the batch divides
+            across them).
+        shard_index, num_shards: this worker's share of every global batch
+            (contiguous rows), for multi-worker training where each process
+            feeds its own rows. Weights are always computed on the global
+            batch.
     """
 
     def __init__(
@@ -111,6 +146,10 @@ class BucketedBatches(keras.utils.PyDataset):
         buckets: Sequence[int],
         shuffle: bool = True,
         seed: int = 0,
+        accumulation_steps: int = 1,
+        row_multiple: int = 1,
+        shard_index: int = 0,
+        num_shards: int = 1,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -120,19 +159,39 @@ class BucketedBatches(keras.utils.PyDataset):
             )
         if not source_ids:
             raise ValueError("No training pairs left: the training set is empty.")
+        _check_positive(
+            tokens_per_batch=tokens_per_batch,
+            accumulation_steps=accumulation_steps,
+            row_multiple=row_multiple,
+            num_shards=num_shards,
+        )
+        if not 0 <= shard_index < num_shards:
+            raise ValueError(
+                f"shard_index must be in [0, {num_shards}). "
+                f"Received: shard_index={shard_index}"
+            )
         self.buckets = tuple(sorted(buckets))
         self.tokens_per_batch = tokens_per_batch
         self.shuffle = shuffle
         self.seed = seed
-        self.epoch = 0
+        self.accumulation_steps = accumulation_steps
+        self.row_multiple = math.lcm(row_multiple, num_shards)
+        self.shard_index = shard_index
+        self.num_shards = num_shards
         self._source = [np.asarray(s, np.int32) for s in source_ids]
         self._target = [np.asarray(t, np.int32) for t in target_ids]
         self._members = self._assign_buckets()
-        self._batches = self._plan_epoch()
+        self.epoch = 0
+        self._batches = self._plan_epoch(0)
 
     def batch_size(self, bucket: int) -> int:
-        rows = max(1, self.tokens_per_batch // self.buckets[bucket])
-        return rows - rows % 8 if rows >= 8 else rows
+        """Rows of every (global) batch of `bucket`: at least one per replica,
+        even where that exceeds the budget (a single very long pair)."""
+        rows = max(self.tokens_per_batch // self.buckets[bucket], self.row_multiple)
+        multiple = math.lcm(8, self.row_multiple)
+        if rows < multiple:
+            multiple = self.row_multiple
+        return rows - rows % multiple
 
     def _assign_buckets(self) -> list[list[int]]:
         members: list[list[int]] = [[] for _ in self.buckets]
@@ -147,24 +206,35 @@ class BucketedBatches(keras.utils.PyDataset):
             members[bucket].append(index)
         return members
 
-    def _plan_epoch(self) -> list[tuple[int, list[int]]]:
-        rng = random.Random(f"{self.seed}:{self.epoch}")
-        batches = []
+    def _plan_epoch(self, epoch: int) -> list[tuple[int, list[int]]]:
+        """[(bucket, member indices)] of every batch of `epoch`, in order."""
+        rng = random.Random(f"{self.seed}:{epoch}")
+        batches: list[tuple[int, list[int]]] = []
+        carried: list[int] = []
+        last = len(self.buckets) - 1
         for bucket, members in enumerate(self._members):
-            members = list(members)
+            pool = list(members)
             if self.shuffle:
-                rng.shuffle(members)
+                rng.shuffle(pool)
+            pool = carried + pool
             size = self.batch_size(bucket)
-            for start in range(0, len(members), size):
-                batches.append((bucket, members[start : start + size]))
+            if bucket < last:
+                full = len(pool) - len(pool) % size
+                batches += [(bucket, pool[i : i + size]) for i in range(0, full, size)]
+                carried = pool[full:]
+            elif pool:
+                count = math.ceil(len(pool) / size)
+                batches += [(bucket, list(part)) for part in _split(pool, count)]
         if self.shuffle:
             rng.shuffle(batches)
-        return batches
+        shortfall = -len(batches) % self.accumulation_steps
+        # Empty batches (all pad, weight 0) complete the last update.
+        return batches + [(0, [])] * shortfall
 
     def set_epoch(self, epoch: int) -> None:
         """Re-plan for `epoch` (used when resuming a run)."""
         self.epoch = epoch
-        self._batches = self._plan_epoch()
+        self._batches = self._plan_epoch(epoch)
 
     def on_epoch_end(self):
         self.set_epoch(self.epoch + 1)
@@ -173,14 +243,20 @@ class BucketedBatches(keras.utils.PyDataset):
         return len(self._batches)
 
     def shapes(self) -> set[tuple[int, int]]:
-        """The distinct (rows, length) batch shapes of this epoch."""
+        """The distinct (rows, length) global batch shapes of this epoch."""
         return {
             (self.batch_size(bucket), self.buckets[bucket])
             for bucket, _ in self._batches
         }
 
     def __getitem__(self, index: int):
-        bucket, members = self._batches[index]
+        return self._batch(self._batches, index)
+
+    def _real_tokens(self, members: Sequence[int]) -> int:
+        return sum(len(self._target[m]) + 1 for m in members)
+
+    def _batch(self, plan: list[tuple[int, list[int]]], index: int):
+        bucket, members = plan[index]
         length = self.buckets[bucket]
         rows = self.batch_size(bucket)
         source = np.full((rows, length), PAD_ID, np.int32)
@@ -192,31 +268,136 @@ class BucketedBatches(keras.utils.PyDataset):
             source[row, : len(src)] = src
             decoder_input[row, : len(shifted_in)] = shifted_in
             labels[row, : len(shifted_out)] = shifted_out
-        return {"source_ids": source, "target_ids": decoder_input}, labels
+        first = index - index % self.accumulation_steps
+        update = plan[first : first + self.accumulation_steps]
+        update_tokens = sum(self._real_tokens(m) for _, m in update)
+        weights = token_weights(labels, update_tokens, self.accumulation_steps)
+        share = slice(
+            rows * self.shard_index // self.num_shards,
+            rows * (self.shard_index + 1) // self.num_shards,
+        )
+        inputs = {"source_ids": source[share], "target_ids": decoder_input[share]}
+        return inputs, labels[share], weights[share]
 
-    def for_fit(self):
-        """What to hand to `model.fit`: this PyDataset, or on TensorFlow a
-        `tf.data.Dataset` over it with a (None, None) signature (Keras infers
-        a PyDataset's signature from its first batches and would fix the
-        length of whichever bucket came first)."""
+    def batches_from(self, position: DataPosition):
+        """Every batch from `position` on, epoch after epoch (infinite)."""
+        epoch, index = position.epoch, position.index
+        while True:
+            plan = self._plan_epoch(epoch)
+            for i in range(index, len(plan)):
+                yield self._batch(plan, i)
+            epoch, index = epoch + 1, 0
+
+    def advance(self, position: DataPosition, batches: int) -> DataPosition:
+        """The position `batches` batches after `position`."""
+        index = position.index + batches
+        return DataPosition(position.epoch + index // len(self), index % len(self))
+
+    def for_fit(self, start: DataPosition | None = None):
+        """What to hand to `model.fit`.
+
+        Without `start`: one epoch per pass, re-planned at each epoch end
+        (use for validation, or `fit(..., epochs=n)` from a notebook). With
+        `start`: an endless stream from that position; give `fit`
+        `steps_per_epoch=len(batches)`. On TensorFlow either is a
+        `tf.data.Dataset` with a (None, None) signature: Keras infers a
+        PyDataset's signature from its first batches and would fix the
+        length of whichever bucket came first.
+        """
+        if start is not None and keras.backend.backend() != "tensorflow":
+            return _Stream(self, start)
         if keras.backend.backend() != "tensorflow":
             return self
         import tensorflow as tf
 
         ids = tf.TensorSpec((None, None), tf.int32)
-        signature = ({"source_ids": ids, "target_ids": ids}, ids)
+        weights = tf.TensorSpec((None, None), tf.float32)
+        signature = ({"source_ids": ids, "target_ids": ids}, ids, weights)
 
-        def batches():
+        def one_epoch():
             for index in range(len(self)):
                 yield self[index]
             self.on_epoch_end()
 
-        dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
-        return dataset.prefetch(2)
+        def endless():
+            yield from self.batches_from(start)
+
+        generator = one_epoch if start is None else endless
+        dataset = tf.data.Dataset.from_generator(generator, output_signature=signature)
+        if start is None:  # A known length: Keras then expects the end.
+            dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(self)))
+        options = tf.data.Options()
+        # Each worker generates its own rows (shard_index); never re-shard.
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.OFF
+        )
+        return dataset.with_options(options).prefetch(2)
 
     def num_target_tokens(self) -> int:
         """Real target tokens (labels) in one epoch."""
         return sum(len(t) + 1 for t in self._target)
+
+    def real_tokens_per_batch(self) -> list[int]:
+        """Real target tokens of each (global) batch of this epoch."""
+        return [self._real_tokens(members) for _, members in self._batches]
+
+
+class _Stream(keras.utils.PyDataset):
+    """An endless PyDataset over `BucketedBatches.batches_from(start)`.
+
+    Keras reads it in order (index 0, 1, ...) from one iterator that lives
+    across epochs when `steps_per_epoch` is given.
+    """
+
+    def __init__(self, batches: BucketedBatches, start: DataPosition):
+        super().__init__()
+        self._batches = batches
+        self._start = start
+        self._plans: dict[int, list] = {}
+
+    @property
+    def num_batches(self):
+        return None
+
+    def __getitem__(self, index: int):
+        position = self._batches.advance(self._start, index)
+        plan = self._plans.get(position.epoch)
+        if plan is None:  # Keep two epochs' plans: the stream moves forward.
+            plan = self._batches._plan_epoch(position.epoch)
+            self._plans = {position.epoch: plan, **self._plans}
+            for old in sorted(self._plans)[:-2]:
+                del self._plans[old]
+        return self._batches._batch(plan, position.index)
+
+
+def token_weights(labels, update_tokens: int, accumulation_steps: int = 1):
+    """Per-token loss weights of one batch of an optimizer update.
+
+    accumulation_steps / update_tokens at real (non-pad) labels, 0 at pad:
+    summed over the k batches of the update (Keras averages their
+    gradients, hence the factor k) the weights give every real target token
+    of the update the same share, 1 / update_tokens. (B, T) -> (B, T) float32.
+    """
+    labels = np.asarray(labels)
+    weight = accumulation_steps / max(update_tokens, 1)
+    return np.where(labels != PAD_ID, weight, 0.0).astype(np.float32)
+
+
+def _split(items: list[int], count: int) -> list[list[int]]:
+    """`items` in `count` contiguous parts whose sizes differ by at most 1."""
+    base, extra = divmod(len(items), count)
+    parts, start = [], 0
+    for part in range(count):
+        end = start + base + (part < extra)
+        parts.append(items[start:end])
+        start = end
+    return parts
+
+
+def _check_positive(**values: int) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1. Received: {value!r}")
 
 
 def pad_batch(sequences: Sequence[Sequence[int]], length: int | None = None):

@@ -9,6 +9,47 @@ SentencePiece BPE is the default; WordPiece (keras-hub / tensorflow-text)
 runs in the TensorFlow graph, which a SavedModel export can embed. The
 vocabulary is learned on a seeded sample of the training text when the
 corpus is large.
+
+SentencePiece is lossless by default: ``detokenize(encode(text)) == text``
+(through the padded `tokenize` / `detokenize` pair too) for any text, with
+one exception below. Training uses
+
+* ``byte_fallback=True``: a character that is not in the vocabulary (an
+  emoji, a CJK character never seen in training) is encoded as the pieces of
+  its UTF-8 bytes instead of `<unk>`. This adds 256 byte pieces, so the
+  vocabulary needs at least 4 reserved + 256 + (number of distinct
+  characters in the training text) entries; a smaller `vocab_size` raises a
+  `ValueError` giving that minimum.
+* ``normalization="identity"``: the text is not Unicode-normalised.
+* no whitespace collapsing (SentencePiece's ``remove_extra_whitespaces=False``).
+
+With these, runs of spaces, leading and trailing spaces, tabs, ``\r``,
+``\n``, NUL and other control characters, combining marks (``"e\u0301"``
+stays decomposed), typographic quotes, CJK and emoji all round-trip. The
+exception: U+2581 (LOWER ONE EIGHTH BLOCK, ``"▁"``) is SentencePiece's own
+symbol for a space, so it comes back as a space. Text must be valid Unicode
+(no lone surrogates), which every reader in `keras_transformer.data`
+guarantees.
+
+`normalization` chooses SentencePiece's normaliser (stored in the model):
+
+* ``"identity"`` (default): no change, lossless as above.
+* ``"nfkc"``: Unicode NFKC. Compatibility characters are folded (full-width
+  letters, ligatures such as "ﬁ", circled digits, no-break space -> space)
+  and accents composed (``"e\u0301"`` -> ``"é"``); detokenize returns the
+  normalised text.
+* ``"nmt_nfkc"``: NFKC plus SentencePiece's NMT rules, which also turn tabs,
+  line breaks, other control characters and invisible characters (zero-width
+  space, BOM) into spaces. SentencePiece's own default.
+
+Tokenizers saved before these options existed (NMT-NFKC, extra spaces
+removed, no byte fallback: unseen characters become `<unk>`) load and
+behave exactly as before; their options are read from the saved model.
+
+WordPiece cannot be lossless: it splits on whitespace and punctuation and
+`detokenize` joins the pieces with single spaces ("river." -> "river ."),
+and an unseen word becomes `<unk>`. Prefer SentencePiece where the output
+text matters.
 """
 
 from __future__ import annotations
@@ -17,16 +58,26 @@ import io
 import json
 import os
 import random
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data.text_files import DataError
 
 RESERVED_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
 TOKENIZER_KINDS = ("sentencepiece", "wordpiece")
+NORMALIZATIONS = ("identity", "nfkc", "nmt_nfkc")
+"""SentencePiece normalisations accepted by `train_tokenizer` (module doc)."""
+_BYTE_PIECES = 256
 _META_FILE = "tokenizer.json"
+# SentencePiece reports a vocabulary it cannot build only in these messages.
+_TOO_SMALL = re.compile(
+    r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)"
+)
+_TOO_LARGE = re.compile(r"Vocabulary size too high \(\d+\)\. .*<= (\d+)")
 
 
 class SubwordTokenizer:
@@ -81,14 +132,54 @@ class SubwordTokenizer:
         (directory / _META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
+def _check_normalization(normalization: str) -> None:
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(
+            f"Unknown SentencePiece normalization. Expected one of "
+            f"{NORMALIZATIONS}. Received: normalization={normalization!r}"
+        )
+
+
+def _vocab_size_error(
+    error: RuntimeError, vocab_size: int, byte_fallback: bool
+) -> ValueError | None:
+    """A clear error for a vocab_size SentencePiece rejected; None otherwise."""
+    if match := _TOO_SMALL.search(str(error)):
+        minimum = int(match.group(1))
+        byte_pieces = _BYTE_PIECES if byte_fallback else 0
+        parts = f"{len(RESERVED_TOKENS)} reserved ids"
+        if byte_fallback:
+            parts += f" + {byte_pieces} byte pieces for byte_fallback"
+        characters = minimum - len(RESERVED_TOKENS) - byte_pieces
+        return ValueError(
+            f"vocab_size={vocab_size} is too small for this training text: the "
+            f"SentencePiece vocabulary needs at least {minimum} entries ({parts} "
+            f"+ {characters} distinct characters). Pass vocab_size >= {minimum} "
+            "(--vocab-size on the command line)."
+        )
+    if match := _TOO_LARGE.search(str(error)):
+        maximum = int(match.group(1))
+        return ValueError(
+            f"vocab_size={vocab_size} is too large for this training text: "
+            f"SentencePiece can build at most {maximum} entries from it. Pass "
+            f"vocab_size <= {maximum} (--vocab-size on the command line)."
+        )
+    return None
+
+
 class SentencePieceTokenizer(SubwordTokenizer):
-    """SentencePiece BPE with the reserved ids fixed (PAD 0 ... EOS 3)."""
+    """SentencePiece BPE with the reserved ids fixed (PAD 0 ... EOS 3).
+
+    Lossless unless trained with another `normalization` (see the module
+    doc); a model's options are stored in the model itself.
+    """
 
     kind = "sentencepiece"
     model_file = "sentencepiece.model"
 
     def __init__(self, model_proto: bytes):
         import sentencepiece
+        from sentencepiece import sentencepiece_model_pb2
 
         self.model_proto = model_proto
         self._processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
@@ -98,29 +189,66 @@ class SentencePieceTokenizer(SubwordTokenizer):
                 f"pad={self._processor.pad_id()} eos={self._processor.eos_id()}; "
                 f"expected pad={PAD_ID}, unk={UNK_ID}, bos={BOS_ID}, eos={EOS_ID}."
             )
+        # The options live in the model (protobuf comes with TensorFlow), so a
+        # model trained before they existed reports its own, old ones.
+        spec = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
+        self.normalization = spec.normalizer_spec.name
+        self.byte_fallback = spec.trainer_spec.byte_fallback
+        self.remove_extra_whitespaces = spec.normalizer_spec.remove_extra_whitespaces
 
     @classmethod
     def train(
-        cls, texts: Sequence[str], vocab_size: int, *, model_type: str = "bpe"
+        cls,
+        texts: Sequence[str],
+        vocab_size: int,
+        *,
+        model_type: str = "bpe",
+        normalization: str = "identity",
+        byte_fallback: bool = True,
     ) -> SentencePieceTokenizer:
+        """Learn a vocabulary of exactly `vocab_size` entries from `texts`.
+
+        Args:
+            texts: Training sentences.
+            vocab_size: Size of the vocabulary, reserved ids included.
+            model_type: SentencePiece model type, "bpe" or "unigram".
+            normalization: One of `NORMALIZATIONS` (see the module doc).
+            byte_fallback: Encode characters missing from the vocabulary as
+                their UTF-8 bytes (256 extra pieces) instead of `<unk>`.
+
+        Raises:
+            ValueError: If `normalization` is unknown, or `vocab_size` is too
+                small (the message gives the minimum) or too large for `texts`.
+        """
         import sentencepiece
 
+        _check_normalization(normalization)
         model = io.BytesIO()
-        sentencepiece.SentencePieceTrainer.train(
-            sentence_iterator=iter(texts),
-            model_writer=model,
-            vocab_size=vocab_size,
-            model_type=model_type,
-            pad_id=PAD_ID,
-            unk_id=UNK_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            character_coverage=1.0,
-            # The caller samples; SentencePiece's own sampling is unseeded.
-            input_sentence_size=0,
-            num_threads=os.cpu_count() or 1,
-            minloglevel=2,
-        )
+        try:
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=iter(texts),
+                model_writer=model,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                character_coverage=1.0,
+                byte_fallback=byte_fallback,
+                normalization_rule_name=normalization,
+                # Keep runs of spaces and leading/trailing spaces: lossless.
+                remove_extra_whitespaces=False,
+                # The caller samples; SentencePiece's own sampling is unseeded.
+                input_sentence_size=0,
+                num_threads=os.cpu_count() or 1,
+                minloglevel=2,
+            )
+        except RuntimeError as error:
+            clear = _vocab_size_error(error, vocab_size, byte_fallback)
+            if clear is None:
+                raise
+            raise clear from error
         return cls(model.getvalue())
 
     @property
@@ -138,7 +266,13 @@ class SentencePieceTokenizer(SubwordTokenizer):
 
     def save(self, directory: str | os.PathLike) -> None:
         directory = Path(directory)
-        self._write_meta(directory, model_file=self.model_file)
+        self._write_meta(
+            directory,
+            model_file=self.model_file,
+            # For reading only: loading takes the options from the model.
+            normalization=self.normalization,
+            byte_fallback=self.byte_fallback,
+        )
         (directory / self.model_file).write_bytes(self.model_proto)
 
     @classmethod
@@ -147,7 +281,12 @@ class SentencePieceTokenizer(SubwordTokenizer):
 
 
 class WordPieceTokenizer(SubwordTokenizer):
-    """WordPiece through keras-hub (tensorflow-text ops, in-graph)."""
+    """WordPiece through keras-hub (tensorflow-text ops, in-graph).
+
+    Lossy by design: text is split on whitespace and punctuation, so
+    `detokenize` joins pieces with single spaces ("river." -> "river ."), and
+    a word it cannot spell with its pieces becomes `<unk>`.
+    """
 
     kind = "wordpiece"
     vocab_file = "wordpiece_vocab.txt"
@@ -228,6 +367,22 @@ class WordPieceTokenizer(SubwordTokenizer):
 _CLASSES = {cls.kind: cls for cls in (SentencePieceTokenizer, WordPieceTokenizer)}
 
 
+def _sentencepiece_options(
+    kind: str, normalization: str, byte_fallback: bool
+) -> dict[str, object]:
+    """The options to pass to `kind`'s `train`; only SentencePiece has any."""
+    if kind == SentencePieceTokenizer.kind:
+        _check_normalization(normalization)
+        return {"normalization": normalization, "byte_fallback": byte_fallback}
+    if normalization != "identity" or not byte_fallback:
+        raise ValueError(
+            "normalization and byte_fallback are SentencePiece options; "
+            f"{kind} has neither. Received: kind={kind!r}, "
+            f"normalization={normalization!r}, byte_fallback={byte_fallback!r}"
+        )
+    return {}
+
+
 def train_tokenizer(
     texts: Sequence[str],
     vocab_size: int,
@@ -235,23 +390,52 @@ def train_tokenizer(
     kind: str = "sentencepiece",
     sample_size: int = 2_000_000,
     seed: int = 0,
+    normalization: str = "identity",
+    byte_fallback: bool = True,
+    origin: str | None = None,
 ) -> SubwordTokenizer:
     """Learn a joint vocabulary from `texts` (source and target together).
 
     At most `sample_size` sentences, drawn with `seed`, are used, which keeps
-    vocabulary building fast and bounded in memory on large corpora.
+    vocabulary building fast and bounded in memory on large corpora. Blank
+    texts are ignored.
+
+    Args:
+        texts: Training sentences of both languages.
+        vocab_size: Vocabulary size, reserved ids included.
+        kind: One of `TOKENIZER_KINDS`.
+        sample_size: Most sentences to learn from.
+        seed: Seed of the sample.
+        normalization: SentencePiece only; one of `NORMALIZATIONS`, see the
+            module doc. The default, "identity", keeps the text lossless.
+        byte_fallback: SentencePiece only; encode unseen characters as UTF-8
+            bytes instead of `<unk>`. Needs `vocab_size` >= 260 + the number of
+            distinct characters.
+        origin: Where `texts` come from (e.g. `ParallelCorpus.origin`), named
+            in the error for an empty training text.
+
+    Raises:
+        DataError: If every text is blank (naming `origin`).
+        ValueError: For an unknown `kind` or `normalization`, SentencePiece
+            options with WordPiece, or a `vocab_size` SentencePiece cannot
+            build (the message gives the limit).
     """
     if kind not in _CLASSES:
         raise ValueError(
             f"Unknown tokenizer kind. Expected one of {TOKENIZER_KINDS}. "
             f"Received: kind={kind!r}"
         )
+    options = _sentencepiece_options(kind, normalization, byte_fallback)
     texts = [t for t in texts if t.strip()]
     if not texts:
-        raise ValueError("Cannot learn a vocabulary from an empty training text.")
+        source = f" from {origin}" if origin else ""
+        raise DataError(
+            f"Cannot learn a vocabulary: the training text{source} is empty "
+            "(no lines, or only blank lines)."
+        )
     if len(texts) > sample_size:
         texts = random.Random(seed).sample(texts, sample_size)
-    return _CLASSES[kind].train(texts, vocab_size)
+    return _CLASSES[kind].train(texts, vocab_size, **options)
 
 
 def load_tokenizer(directory: str | os.PathLike) -> SubwordTokenizer:

@@ -1,8 +1,11 @@
 """Tests for the built-in grammar-generated English→German corpus."""
 
 import collections
+import hashlib
+import json
 import re
 import time
+from importlib import resources
 
 import pytest
 
@@ -53,6 +56,33 @@ def test_default_sizes_and_speed():
     assert elapsed < 10.0  # about 2 s on the development machine
     for pairs in corpus.values():
         assert all(isinstance(en, str) and isinstance(de, str) for en, de in pairs)
+
+
+# SHA-256 of the default corpus, every pair as a "split<TAB>english<TAB>german\n"
+# line (train, valid, test), recorded before the lexicon moved from Python
+# tables into builtin_lexicon.json. Any change to the lexicon or the grammar
+# that alters the corpus makes runs on it incomparable with earlier ones.
+DEFAULT_CORPUS_SHA256 = (
+    "df3e4e216e89e7105f058337c15038f43f31f53720ae341c8f2abc53ba01d31a"
+)
+
+
+def test_default_corpus_is_unchanged():
+    corpus = generate_corpus(num_train=20000, num_valid=500, num_test=500, seed=1234)
+    digest = hashlib.sha256()
+    for split in ("train", "valid", "test"):
+        for en, de in corpus[split]:
+            digest.update(f"{split}\t{en}\t{de}\n".encode())
+    assert digest.hexdigest() == DEFAULT_CORPUS_SHA256
+
+
+def test_lexicon_is_package_data():
+    resource = resources.files("keras_transformer.data") / "builtin_lexicon.json"
+    lexicon = json.loads(resource.read_text(encoding="utf-8"))
+    assert len(lexicon["nouns"]) == len(bc.NOUNS)
+    assert len(lexicon["verbs"]) == len(bc.VERBS)
+    assert len(lexicon["adjectives"]) == len(bc.ADJECTIVES)
+    assert all("|" in row for row in lexicon["nouns"])
 
 
 @pytest.mark.parametrize("sizes", [(50, 0, 0), (300, 7, 11), (1000, 0, 25)])

@@ -11,6 +11,7 @@ import pytest
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.data.pipeline import (
     BucketedBatches,
+    DataPosition,
     FilterReport,
     bucket_lengths,
     drop_empty_pairs,
@@ -58,7 +59,7 @@ def strip(row):
 def epoch_pairs(batches):
     """(source, target) of every real row of one epoch, from the arrays."""
     pairs = []
-    for inputs, labels in all_batches(batches):
+    for inputs, labels, _ in all_batches(batches):
         for src, tgt_in, lab in zip(
             inputs["source_ids"], inputs["target_ids"], labels, strict=True
         ):
@@ -95,7 +96,7 @@ def test_shift_does_not_modify_its_argument():
 
 def test_batch_structure_and_alignment():
     batches, _, _ = make_batches()
-    for inputs, labels in all_batches(batches):
+    for inputs, labels, _ in all_batches(batches):
         assert set(inputs) == {"source_ids", "target_ids"}
         source, target = inputs["source_ids"], inputs["target_ids"]
         assert source.dtype == target.dtype == labels.dtype == np.int32
@@ -117,7 +118,7 @@ def test_batch_structure_and_alignment():
 
 def test_shapes_are_bounded_by_buckets():
     batches, _, _ = make_batches(count=80)
-    shapes = {inputs["source_ids"].shape for inputs, _ in all_batches(batches)}
+    shapes = {inputs["source_ids"].shape for inputs, _, _ in all_batches(batches)}
     assert 1 < len(shapes) <= len(BUCKETS)
     expected = {(batches.batch_size(b), n) for b, n in enumerate(BUCKETS)}
     assert shapes <= expected
@@ -147,33 +148,42 @@ def test_every_pair_exactly_once_per_epoch():
         batches.on_epoch_end()
 
 
-def test_pairs_go_to_the_smallest_bucket_that_fits():
+def test_pairs_go_to_the_smallest_bucket_that_fits_or_move_up_as_remainder():
     batches, _, _ = make_batches(count=70)
-    for inputs, labels in all_batches(batches):
+    moved_up = collections.Counter()
+    for inputs, labels, _ in all_batches(batches):
         length = inputs["source_ids"].shape[1]
-        smaller = max([b for b in BUCKETS if b < length], default=0)
         needed = [
             max(len(strip(s)), len(strip(lab)))
             for s, lab in zip(inputs["source_ids"], labels, strict=True)
             if lab.any()
         ]
         assert needed and max(needed) <= length
-        assert all(n > smaller for n in needed)
+        for n in needed:
+            smallest = next(b for b in BUCKETS if n <= b)
+            for bucket in BUCKETS:
+                if smallest <= bucket < length:
+                    moved_up[bucket] += 1
+    # Only a bucket's remainder (fewer rows than one of its batches) moves
+    # up to the next bucket.
+    for index, bucket in enumerate(BUCKETS[:-1]):
+        assert moved_up[bucket] < batches.batch_size(index)
 
 
 def test_padded_rows_are_all_pad():
-    # 5 short pairs in a bucket of 16 rows: 11 filler rows.
+    # 5 short pairs: too few for a batch of 16 rows of length 4, they move up
+    # to the last bucket (8 rows of length 8): 3 filler rows.
     source = [[5, 6], [7], [8, 9], [10], [11]]
     target = [[12], [13, 14], [15], [16], [17, 18]]
     batches = BucketedBatches(
         source, target, tokens_per_batch=64, buckets=(4, 8), seed=1
     )
     assert len(batches) == 1
-    inputs, labels = batches[0]
-    assert labels.shape == (16, 4)
+    inputs, labels, weights = batches[0]
+    assert labels.shape == (8, 8)
     real_rows = labels.any(axis=1)
     assert real_rows.sum() == 5
-    for array in (inputs["source_ids"], inputs["target_ids"], labels):
+    for array in (inputs["source_ids"], inputs["target_ids"], labels, weights):
         assert not array[~real_rows].any()
     assert batches.num_target_tokens() == sum(len(t) + 1 for t in target)
 
@@ -181,7 +191,7 @@ def test_padded_rows_are_all_pad():
 def order(batches):
     return [
         (inputs["source_ids"].tobytes(), labels.tobytes())
-        for inputs, labels in all_batches(batches)
+        for inputs, labels, _ in all_batches(batches)
     ]
 
 
@@ -316,3 +326,110 @@ def test_pad_batch_explicit_length():
     np.testing.assert_array_equal(batch, [[5, 6, 0, 0, 0], [7, 0, 0, 0, 0]])
     with pytest.raises(ValueError, match="3 tokens exceeds length=2"):
         pad_batch([[5, 6, 7], [8]], length=2)
+
+
+# --- token weights, updates, tail batches -----------------------------------------
+
+
+@pytest.mark.parametrize("accumulation", [1, 2, 3])
+def test_weights_give_every_token_of_an_update_the_same_share(accumulation):
+    batches, _, _ = make_batches(count=90, accumulation_steps=accumulation)
+    assert len(batches) % accumulation == 0
+    epoch = all_batches(batches)
+    for first in range(0, len(epoch), accumulation):
+        update = epoch[first : first + accumulation]
+        tokens = sum(int((labels != PAD_ID).sum()) for _, labels, _ in update)
+        total = 0.0
+        for _, labels, weights in update:
+            assert weights.dtype == np.float32
+            assert not weights[labels == PAD_ID].any()
+            np.testing.assert_allclose(
+                weights[labels != PAD_ID], accumulation / tokens, rtol=1e-6
+            )
+            total += float(weights.sum())
+        # Keras averages the k gradients: the weights of an update sum to k.
+        assert total == pytest.approx(accumulation, rel=1e-5)
+
+
+def test_epoch_is_completed_to_whole_updates_with_empty_batches():
+    plain, _, _ = make_batches(count=90)
+    accumulated, _, _ = make_batches(count=90, accumulation_steps=4)
+    missing = -len(plain) % 4
+    assert len(accumulated) == len(plain) + missing
+    assert missing > 0  # The case is exercised.
+    fillers = all_batches(accumulated)[len(plain) :]
+    for _, labels, weights in fillers:
+        assert not labels.any() and not weights.any()
+
+
+def test_only_the_last_bucket_has_partial_batches_and_they_are_balanced():
+    batches, _, _ = make_batches(count=200, seed=3)
+    last = batches.batch_size(len(BUCKETS) - 1)
+    last_rows = []
+    for inputs, labels, _ in all_batches(batches):
+        rows = int(labels.any(axis=1).sum())
+        bucket = BUCKETS.index(inputs["source_ids"].shape[1])
+        if bucket < len(BUCKETS) - 1:
+            assert rows == batches.batch_size(bucket)
+        else:
+            last_rows.append(rows)
+    assert max(last_rows) - min(last_rows) <= 1
+    assert max(last_rows) <= last
+    if len(last_rows) > 1:
+        assert min(last_rows) > last // 2
+
+
+def test_stream_from_a_position_matches_the_epochs():
+    batches, _, _ = make_batches(count=60)
+    length = len(batches)
+    expected = []
+    for _ in range(3):
+        expected += order(batches)
+        batches.on_epoch_end()
+    start = DataPosition(epoch=0, index=length - 2)
+    assert batches.advance(start, 3) == DataPosition(1, 1)
+    assert batches.advance(DataPosition(), 2 * length) == DataPosition(2, 0)
+    stream = batches.batches_from(start)
+    got = [next(stream) for _ in range(length + 4)]
+    got = [
+        (inputs["source_ids"].tobytes(), labels.tobytes()) for inputs, labels, _ in got
+    ]
+    assert got == expected[length - 2 : 2 * length + 2]
+
+
+@pytest.mark.parametrize("multiple", [2, 3, 6])
+def test_rows_divide_across_replicas(multiple):
+    batches, _, _ = make_batches(tokens_per_batch=64, row_multiple=multiple)
+    for bucket in range(len(BUCKETS)):
+        assert batches.batch_size(bucket) % multiple == 0
+
+
+def test_every_replica_gets_a_row_even_past_the_budget():
+    batches, _, _ = make_batches(tokens_per_batch=20, row_multiple=2)
+    # 20 // 16 = 1 row of the longest bucket: raised to one per replica.
+    assert [batches.batch_size(b) for b in range(3)] == [4, 2, 2]
+
+
+def test_shards_split_every_global_batch_and_keep_global_weights():
+    whole, _, _ = make_batches(count=80, row_multiple=2)
+    shards = [
+        make_batches(count=80, row_multiple=2, shard_index=i, num_shards=2)[0]
+        for i in range(2)
+    ]
+    assert len(shards[0]) == len(shards[1]) == len(whole)
+    for index in range(len(whole)):
+        inputs, labels, weights = whole[index]
+        parts = [shard[index] for shard in shards]
+        np.testing.assert_array_equal(
+            np.concatenate([p[0]["source_ids"] for p in parts]), inputs["source_ids"]
+        )
+        np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), labels)
+        np.testing.assert_array_equal(np.concatenate([p[2] for p in parts]), weights)
+
+
+def test_bad_batching_arguments_name_the_argument():
+    for name in ("tokens_per_batch", "accumulation_steps", "row_multiple"):
+        with pytest.raises(ValueError, match=f"{name} must be an integer >= 1"):
+            make_batches(**{name: 0})
+    with pytest.raises(ValueError, match="shard_index"):
+        make_batches(shard_index=2, num_shards=2)

@@ -10,7 +10,9 @@ import pytest
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data import tokenizer as tokenizer_module
+from keras_transformer.data.text_files import DataError
 from keras_transformer.data.tokenizer import (
+    NORMALIZATIONS,
     RESERVED_TOKENS,
     TOKENIZER_KINDS,
     SentencePieceTokenizer,
@@ -43,6 +45,9 @@ def make_texts(count=300, seed=0):
 
 
 TEXTS = make_texts()
+# SentencePiece's byte fallback needs 4 reserved + 256 byte pieces + one per
+# distinct character (35 in TEXTS): 295 at least.
+VOCAB_SIZE = {"sentencepiece": 400, "wordpiece": 120}
 SAMPLES = [
     "the little girl finds a red car .",
     "das kleine Mädchen malt einen grünen Baum .",
@@ -52,12 +57,12 @@ SAMPLES = [
 
 @pytest.fixture(scope="module")
 def sentencepiece():
-    return train_tokenizer(TEXTS, 120, kind="sentencepiece")
+    return train_tokenizer(TEXTS, VOCAB_SIZE["sentencepiece"], kind="sentencepiece")
 
 
 @pytest.fixture(scope="module")
 def wordpiece():
-    return train_tokenizer(TEXTS, 120, kind="wordpiece")
+    return train_tokenizer(TEXTS, VOCAB_SIZE["wordpiece"], kind="wordpiece")
 
 
 def normalised(text):
@@ -113,8 +118,11 @@ def test_detokenize_round_trips(kind, request):
     ids, _ = tok.tokenize(texts)
     decoded = tok.detokenize(ids)
     assert isinstance(decoded[0], str)
-    # WordPiece joins tokens with spaces, SentencePiece normalises spaces.
-    assert decoded == [normalised(t) for t in texts]
+    # WordPiece joins tokens with single spaces; SentencePiece is lossless.
+    if kind == "wordpiece":
+        assert decoded == [normalised(t) for t in texts]
+    else:
+        assert decoded == texts
 
 
 @pytest.mark.parametrize("kind", TOKENIZER_KINDS)
@@ -159,7 +167,7 @@ def test_load_missing_or_unknown(tmp_path):
 @pytest.mark.parametrize("kind", TOKENIZER_KINDS)
 def test_training_is_deterministic(kind, request):
     tok = request.getfixturevalue(kind)
-    again = train_tokenizer(TEXTS, 120, kind=kind)
+    again = train_tokenizer(TEXTS, VOCAB_SIZE[kind], kind=kind)
     assert again.vocab_size == tok.vocab_size
     texts = TEXTS[:50] + SAMPLES
     np.testing.assert_array_equal(again.tokenize(texts)[0], tok.tokenize(texts)[0])
@@ -181,7 +189,7 @@ def test_unknown_kind_lists_kinds():
 def test_sample_size_draws_a_seeded_sample(monkeypatch):
     seen = []
 
-    def spy(cls, texts, vocab_size):
+    def spy(cls, texts, vocab_size, **options):
         seen.append(list(texts))
         return vocab_size
 
@@ -197,8 +205,8 @@ def test_sample_size_draws_a_seeded_sample(monkeypatch):
 
 
 def test_sample_size_smaller_than_corpus_trains(sentencepiece):
-    tok = train_tokenizer(TEXTS, 90, kind="sentencepiece", sample_size=150, seed=1)
-    assert tok.vocab_size == 90
+    tok = train_tokenizer(TEXTS, 350, kind="sentencepiece", sample_size=150, seed=1)
+    assert tok.vocab_size == 350
     ids, _ = tok.tokenize(SAMPLES)
     assert tok.detokenize(ids) == SAMPLES
 
@@ -208,7 +216,7 @@ def test_sample_size_smaller_than_corpus_trains(sentencepiece):
 
 def test_sentencepiece_reserved_ids(sentencepiece):
     tok = sentencepiece
-    assert tok.vocab_size == 120
+    assert tok.vocab_size == VOCAB_SIZE["sentencepiece"]
     assert (tok.pad_id, tok.unk_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
     processor = tok._processor
     assert processor.pad_id() == PAD_ID
@@ -217,9 +225,13 @@ def test_sentencepiece_reserved_ids(sentencepiece):
     assert processor.eos_id() == EOS_ID
 
 
-def test_sentencepiece_unknown_character_is_unk(sentencepiece):
+def test_sentencepiece_unknown_character_is_bytes_not_unk(sentencepiece):
     ids = sentencepiece.encode(["the 猫"])[0]
-    assert UNK_ID in ids
+    assert UNK_ID not in ids
+    pieces = [sentencepiece.id_to_piece(i) for i in ids]
+    assert pieces[-3:] == ["<0xE7>", "<0x8C>", "<0xAB>"]  # UTF-8 of 猫
+    without = train_tokenizer(TEXTS, 120, byte_fallback=False)
+    assert UNK_ID in without.encode(["the 猫"])[0]
 
 
 def test_sentencepiece_rejects_a_model_with_other_reserved_ids():
@@ -237,6 +249,141 @@ def test_sentencepiece_rejects_a_model_with_other_reserved_ids():
     )  # Defaults: unk 0, bos 1, eos 2, no pad.
     with pytest.raises(ValueError, match="reserved ids"):
         SentencePieceTokenizer(model.getvalue())
+
+
+UNICODE_TEXTS = [
+    "Café 日本 😀",
+    "e\u0301 vs \u00e9",  # combining acute accent, then precomposed é
+    "\u201cquoted\u201d and \u2018single\u2019 \u201eGänsefüßchen\u201c",
+    "a\tb\t\tc",
+    "two  spaces   three",
+    "  leading and trailing  ",
+    " ",
+    "\t",
+    "line\nbreak\r\n",
+    "nul\x00 and bell\x07",
+    "\u00a0no-break\u202fspace \u200bzero width \ufeffbom",
+    "\ufb01 ligature \u2460 \uff26\uff55\uff4c\uff4c width",
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467 family, \U0001f44d\U0001f3fd",
+    "Ελληνικά, русский, עברית, العربية, हिन्दी, 한국어",
+    "<unk> <s> </s> <pad> <0x41>",
+    "\ufffd replacement",
+    "Z\u0308\u0336alg\u0301o",
+    "",
+]
+
+
+def test_sentencepiece_round_trips_arbitrary_unicode(sentencepiece):
+    # TEXTS is plain ASCII/German: nearly every character here is unseen.
+    ids, _ = sentencepiece.tokenize(UNICODE_TEXTS)
+    assert sentencepiece.detokenize(ids) == UNICODE_TEXTS
+    for text, row in zip(UNICODE_TEXTS, sentencepiece.encode(UNICODE_TEXTS)):
+        assert UNK_ID not in row
+        padded = np.array([row + [PAD_ID] * 3], np.int32)
+        assert sentencepiece.detokenize(padded) == [text]
+
+
+def test_sentencepiece_meta_symbol_comes_back_as_a_space(sentencepiece):
+    # U+2581 is SentencePiece's space symbol: the one documented exception.
+    ids, _ = sentencepiece.tokenize(["a\u2581b", "\u2581"])
+    assert sentencepiece.detokenize(ids) == ["a b", " "]
+
+
+def test_sentencepiece_options_are_recorded(sentencepiece, tmp_path):
+    assert sentencepiece.normalization == "identity"
+    assert sentencepiece.byte_fallback is True
+    assert sentencepiece.remove_extra_whitespaces is False
+    sentencepiece.save(tmp_path)
+    meta = json.loads((tmp_path / "tokenizer.json").read_text())
+    assert meta["normalization"] == "identity" and meta["byte_fallback"] is True
+
+
+@pytest.mark.parametrize(
+    ("normalization", "expected"),
+    [
+        ("identity", ["e\u0301 \uff26\ufb01", "a\tb  c"]),
+        ("nfkc", ["\u00e9 Ffi", "a\tb  c"]),
+        ("nmt_nfkc", ["\u00e9 Ffi", "a b  c"]),
+    ],
+)
+def test_sentencepiece_normalization_choices(normalization, expected):
+    assert normalization in NORMALIZATIONS
+    tok = train_tokenizer(TEXTS, 350, normalization=normalization)
+    assert tok.normalization == normalization
+    ids, _ = tok.tokenize(["e\u0301 \uff26\ufb01", "a\tb  c"])
+    assert tok.detokenize(ids) == expected
+
+
+def test_unknown_normalization_lists_choices():
+    with pytest.raises(ValueError, match="normalization='nfc'") as info:
+        train_tokenizer(TEXTS, 350, normalization="nfc")
+    for name in NORMALIZATIONS:
+        assert name in str(info.value)
+
+
+def test_sentencepiece_vocab_size_too_small_gives_the_minimum():
+    minimum = len(RESERVED_TOKENS) + 256 + len(set("".join(TEXTS)))
+    with pytest.raises(ValueError) as info:
+        train_tokenizer(TEXTS, 120)
+    message = str(info.value)
+    assert "vocab_size=120" in message and f"at least {minimum}" in message
+    assert "256 byte pieces" in message
+    assert train_tokenizer(TEXTS, minimum).vocab_size == minimum
+    # Without byte fallback only the reserved ids and the characters count.
+    with pytest.raises(ValueError, match=f"at least {minimum - 256} "):
+        train_tokenizer(TEXTS, 30, byte_fallback=False)
+
+
+def test_sentencepiece_vocab_size_too_large_gives_the_maximum():
+    with pytest.raises(ValueError, match=r"vocab_size=5000 is too large.*<= \d+"):
+        train_tokenizer(TEXTS[:20], 5000)
+
+
+def _train_like_before_byte_fallback(texts, vocab_size):
+    """A model as the tokenizer trained it before: SentencePiece defaults."""
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="bpe",
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        character_coverage=1.0,
+        input_sentence_size=0,
+        num_threads=1,
+        minloglevel=2,
+    )
+    return model.getvalue()
+
+
+def test_tokenizer_saved_before_byte_fallback_loads_and_behaves_as_before(tmp_path):
+    (tmp_path / "sentencepiece.model").write_bytes(
+        _train_like_before_byte_fallback(TEXTS, 120)
+    )
+    old_meta = {"kind": "sentencepiece", "vocab_size": 120}
+    old_meta["model_file"] = "sentencepiece.model"
+    (tmp_path / "tokenizer.json").write_text(json.dumps(old_meta, indent=2) + "\n")
+    tok = load_tokenizer(tmp_path)
+    assert isinstance(tok, SentencePieceTokenizer) and tok.vocab_size == 120
+    assert (tok.normalization, tok.byte_fallback) == ("nmt_nfkc", False)
+    assert UNK_ID in tok.encode(["the 猫"])[0]
+    ids, _ = tok.tokenize(["  two   dogs\t", SAMPLES[0]])
+    assert tok.detokenize(ids) == ["two dogs", SAMPLES[0]]
+    tok.save(tmp_path / "again")
+    assert load_tokenizer(tmp_path / "again").encode(SAMPLES) == tok.encode(SAMPLES)
+
+
+def test_empty_training_text_names_its_origin():
+    with pytest.raises(DataError, match="empty") as info:
+        train_tokenizer(["", "  "], 400, origin="train.en | train.de")
+    assert "train.en | train.de" in str(info.value)
 
 
 # --- WordPiece ------------------------------------------------------------------
@@ -271,3 +418,9 @@ def test_wordpiece_vocabulary_must_start_with_reserved_tokens():
 
 def test_kinds_are_the_registered_classes():
     assert set(TOKENIZER_KINDS) == set(tokenizer_module._CLASSES)
+
+
+def test_wordpiece_rejects_sentencepiece_options():
+    for options in ({"normalization": "nfkc"}, {"byte_fallback": False}):
+        with pytest.raises(ValueError, match="SentencePiece options"):
+            train_tokenizer(TEXTS, 120, kind="wordpiece", **options)

@@ -1,0 +1,257 @@
+"""Step checkpoints a run resumes from exactly.
+
+A checkpoint is two files in the run's `checkpoints/` directory:
+
+- `ckpt-00000500.keras`: the whole model with its optimizer state (Adam's
+  moments, the update counter, a float16 loss scale), loadable on its own
+  by `translate`, `evaluate`, `average` and `export`;
+- `ckpt-00000500.json`: what Keras does not save, written after the model
+  file: the step, the run it belongs to, the data position (the next batch
+  to feed), the dropout seed-generator states, and the model file's size
+  and SHA-256.
+
+Both are written under a temporary name, flushed to disk and renamed, so a
+crash leaves either the old state or the new one. On resume the newest
+checkpoint whose metadata parses, whose model file matches its recorded size
+and digest, and which loads, wins; each one skipped is named in a warning.
+Checkpoints are ordered by the step recorded in them and belong to one run
+(its id is in the run's manifest), so nothing another run wrote is taken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import time
+import warnings
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from keras_transformer.data.pipeline import DataPosition
+
+_STEM = "ckpt-{step:08d}"
+_NAME = re.compile(r"ckpt-(\d+)\.(keras|json)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint's metadata; `path` is its `.keras` model file."""
+
+    path: Path
+    step: int
+    run_id: str
+    position: DataPosition
+    optimizer_iterations: int
+    seed_states: list[list[int]]  # In model order (names vary per instance).
+    size: int
+    sha256: str
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.path.with_suffix(".json")
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` through a flushed temporary file and a rename."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    with open(partial, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _seed_state_variables(model: keras.Model) -> list:
+    """The variables Keras keeps but does not save: dropout seed states."""
+    weights = {id(v) for v in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
+def _iterations(model: keras.Model) -> int:
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+
+def save_checkpoint(
+    model: keras.Model,
+    directory: str | os.PathLike,
+    *,
+    step: int,
+    run_id: str,
+    position: DataPosition,
+) -> Checkpoint:
+    """Write the checkpoint of update `step` (see the module docstring)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{_STEM.format(step=step)}.keras"
+    partial = directory / f".{path.stem}.partial.keras"
+    model.save(partial)
+    with open(partial, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+    checkpoint = Checkpoint(
+        path=path,
+        step=step,
+        run_id=run_id,
+        position=position,
+        optimizer_iterations=_iterations(model),
+        seed_states=[
+            np.asarray(keras.ops.convert_to_numpy(v.value)).tolist()
+            for v in _seed_state_variables(model)
+        ],
+        size=path.stat().st_size,
+        sha256=_sha256(path),
+    )
+    record = dataclasses.asdict(checkpoint)
+    record["path"] = path.name
+    record["saved_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    atomic_write_text(checkpoint.metadata_path, json.dumps(record, indent=1) + "\n")
+    return checkpoint
+
+
+def _read_metadata(path: Path) -> Checkpoint:
+    """Parse a checkpoint's `.json`; ValueError naming the file if broken."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return Checkpoint(
+            path=path.with_name(record["path"]),
+            step=int(record["step"]),
+            run_id=str(record["run_id"]),
+            position=DataPosition(**record["position"]),
+            optimizer_iterations=int(record["optimizer_iterations"]),
+            seed_states=list(record["seed_states"]),
+            size=int(record["size"]),
+            sha256=str(record["sha256"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: unreadable checkpoint metadata ({error})") from None
+
+
+def _candidate_stems(directory: Path) -> list[tuple[int, Path]]:
+    """(step from the name, metadata path) of every checkpoint-like file,
+    newest first; a model file without metadata counts too."""
+    found: dict[int, Path] = {}
+    for path in directory.glob("ckpt-*"):
+        match = _NAME.fullmatch(path.name)
+        if match:
+            step = int(match.group(1))
+            found[step] = directory / f"{_STEM.format(step=step)}.json"
+    return sorted(found.items(), reverse=True)
+
+
+def list_checkpoints(
+    directory: str | os.PathLike, run_id: str | None = None
+) -> list[Checkpoint]:
+    """Checkpoints with readable metadata (of run `run_id` if given) whose
+    model file exists, oldest first by the step they hold."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for _, metadata in _candidate_stems(directory):
+        try:
+            checkpoint = _read_metadata(metadata)
+        except ValueError:
+            continue
+        if checkpoint.path.exists() and run_id in (None, checkpoint.run_id):
+            found.append(checkpoint)
+    return sorted(found, key=lambda c: c.step)
+
+
+def _check_files(checkpoint: Checkpoint) -> None:
+    path = checkpoint.path
+    if not path.exists():
+        raise ValueError(f"{path} is missing (its metadata is present)")
+    size = path.stat().st_size
+    if size != checkpoint.size:
+        raise ValueError(
+            f"{path} has {size} bytes, its metadata says {checkpoint.size} "
+            "(truncated or overwritten)"
+        )
+    if _sha256(path) != checkpoint.sha256:
+        raise ValueError(f"{path} does not match the SHA-256 in its metadata")
+
+
+def restore_checkpoint(model: keras.Model, checkpoint: Checkpoint) -> None:
+    """Load weights, optimizer state and seed states into a compiled model."""
+    _check_files(checkpoint)
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    with warnings.catch_warnings():
+        # Keras warns and skips mismatched optimizer state; we want to know.
+        warnings.simplefilter("error", UserWarning)
+        model.load_weights(checkpoint.path)
+    loaded = _iterations(model)
+    if loaded != checkpoint.optimizer_iterations:
+        raise ValueError(
+            f"{checkpoint.path}: optimizer is at iteration {loaded}, its "
+            f"metadata says {checkpoint.optimizer_iterations}"
+        )
+    variables = _seed_state_variables(model)
+    if len(variables) != len(checkpoint.seed_states):
+        raise ValueError(
+            f"{checkpoint.metadata_path}: {len(checkpoint.seed_states)} seed "
+            f"states for a model with {len(variables)} seed generators"
+        )
+    for variable, state in zip(variables, checkpoint.seed_states):
+        variable.assign(np.asarray(state).astype(variable.dtype))
+
+
+def restore_latest(
+    model: keras.Model, directory: str | os.PathLike, run_id: str
+) -> Checkpoint | None:
+    """Restore the newest usable checkpoint of run `run_id` into `model`.
+
+    Returns it, or None when the directory holds no checkpoint at all.
+    Each unusable one (unreadable metadata, another run's, missing,
+    truncated or corrupted model file, failed load) is skipped with a
+    warning naming the file. Raises RuntimeError when checkpoints exist
+    but none is usable: starting over silently would lose the run.
+    """
+    directory = Path(directory)
+    candidates = _candidate_stems(directory) if directory.is_dir() else []
+    for _, metadata in candidates:
+        try:
+            checkpoint = _read_metadata(metadata)
+            if checkpoint.run_id != run_id:
+                raise ValueError(
+                    f"{metadata} belongs to run {checkpoint.run_id}, not {run_id}"
+                )
+            restore_checkpoint(model, checkpoint)
+            return checkpoint
+        except (ValueError, OSError, UserWarning) as error:
+            warnings.warn(
+                f"skipping checkpoint: {error}; falling back to the previous one",
+                stacklevel=2,
+            )
+    if candidates:
+        raise RuntimeError(
+            f"{directory}: no usable checkpoint (see the warnings above). Move "
+            "the damaged files away to start over from scratch, or pass "
+            "--overwrite to set the whole run aside."
+        )
+    return None
+
+
+def prune_checkpoints(directory: str | os.PathLike, run_id: str, keep: int) -> None:
+    """Delete all but the newest `keep` checkpoints of run `run_id`."""
+    for checkpoint in list_checkpoints(directory, run_id)[:-keep]:
+        checkpoint.metadata_path.unlink(missing_ok=True)
+        checkpoint.path.unlink(missing_ok=True)

@@ -1,0 +1,297 @@
+"""Data-parallel training on either backend, chosen by one word.
+
+`setup_distribution(mode)` returns a `DistributionPlan`: where the model is
+built (`plan.scope()`), how many replicas share each batch, and which share
+of every global batch this process feeds.
+
+- `none`: one device.
+- `mirrored`: TensorFlow `tf.distribute.MirroredStrategy` over the local GPUs,
+  else the (logical) CPU devices; JAX `keras.distribution.DataParallel` over
+  the local devices.
+- `multiworker`: TensorFlow `tf.distribute.MultiWorkerMirroredStrategy`, the
+  cluster read from `TF_CONFIG`; JAX `keras.distribution.initialize()` (that
+  is `jax.distributed.initialize`) from `KERAS_DISTRIBUTION_JOB_ADDRESSES`
+  (the coordinator's host:port), `KERAS_DISTRIBUTION_NUM_PROCESSES` and
+  `KERAS_DISTRIBUTION_PROCESS_ID`, then `DataParallel` over every process's
+  devices.
+- `auto`: `multiworker` if `TF_CONFIG` is set (TensorFlow) or
+  `KERAS_DISTRIBUTION_NUM_PROCESSES` > 1 (JAX); else `mirrored` with more
+  than one device; else `none`.
+
+Every process generates its own rows of each global batch (`shard_index` of
+`num_shards`, see `BucketedBatches`), and the loss's token weights are
+computed on the global batch, so the gradient equals the single-device one.
+
+`simulate_cpu_devices(n)` splits the host CPU into n devices for tests and
+laptops; it must run before the backend starts (the CLI's `--cpu-devices`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+from typing import Any
+
+import keras
+
+from keras_transformer.options import DISTRIBUTE_MODES as MODES
+
+
+@dataclasses.dataclass
+class DistributionPlan:
+    """How this process takes part in training.
+
+    num_replicas: devices that share every global batch (all processes).
+    shard_index, num_shards: this process's rows of each global batch.
+    """
+
+    mode: str
+    num_replicas: int = 1
+    shard_index: int = 0
+    num_shards: int = 1
+    strategy: Any = None  # tf.distribute.Strategy on TensorFlow.
+
+    @property
+    def is_chief(self) -> bool:
+        """The one process that writes the run directory."""
+        return self.shard_index == 0
+
+    def scope(self):
+        """Build and compile the model inside this."""
+        if self.strategy is not None:
+            return self.strategy.scope()
+        return contextlib.nullcontext()
+
+    def prepare_fit(self, model, sample_batch) -> None:
+        """Build the compiled loss and metrics from a local sample batch.
+
+        Keras 3.15's TensorFlow `fit` builds them from a batch it first
+        reduces across replicas, which MultiWorkerMirroredStrategy cannot do
+        for a nested batch (tensorflow/tensorflow#72388: "Attempt to convert
+        a value ({'source_ids': PerReplica...})"). Built here, under the
+        strategy's scope, that step has nothing left to do and is skipped.
+        """
+        if self.mode != "multiworker" or self.strategy is None:
+            return
+        with self.strategy.scope():
+            model._symbolic_build(data_batch=sample_batch)
+        model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+        _reduce_scalar_logs_over_workers()
+
+    def local(self):
+        """Work of the chief alone (saving, decoding) runs in this.
+
+        Under a JAX distribution every new variable is placed on all
+        processes' devices, which each of them must join; the chief saving
+        or translating alone would wait for the others forever. Inside,
+        new variables stay on this process (the replicated weights are read
+        from its own copy).
+        """
+        if self.num_shards == 1 or keras.backend.backend() != "jax":
+            return contextlib.nullcontext()
+        return _no_distribution()
+
+    def barrier(self, name: str) -> None:
+        """Wait until every process gets here (no-op in one process)."""
+        if self.num_shards == 1:
+            return
+        if self.strategy is not None:
+            import tensorflow as tf
+
+            # An all-reduce over every replica returns only when all have
+            # joined it.
+            ones = self.strategy.run(lambda: tf.constant(1.0))
+            self.strategy.reduce("SUM", ones, axis=None)
+            return
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+    def describe(self) -> str:
+        if self.mode == "none":
+            return "one device"
+        where = f"{self.num_replicas} replicas"
+        if self.num_shards > 1:
+            where += f" in {self.num_shards} processes (this is {self.shard_index})"
+        return f"{self.mode}: {where}"
+
+
+@contextlib.contextmanager
+def _no_distribution():
+    previous = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(previous)
+
+
+def simulate_cpu_devices(count: int) -> None:
+    """Split the host CPU into `count` devices (before the backend starts).
+
+    JAX reads `--xla_force_host_platform_device_count` from XLA_FLAGS when it
+    creates its CPU client; TensorFlow takes logical device configurations
+    until its runtime initialises. Raises RuntimeError when it is too late.
+    """
+    if count < 1:
+        raise ValueError(f"--cpu-devices must be >= 1. Received: {count}")
+    if keras.backend.backend() == "jax":
+        flags = re.sub(
+            r"--xla_force_host_platform_device_count=\d+",
+            "",
+            os.environ.get("XLA_FLAGS", ""),
+        )
+        flag = f"--xla_force_host_platform_device_count={count}"
+        os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
+        import jax
+
+        if jax.local_device_count("cpu") != count:
+            raise RuntimeError(
+                f"--cpu-devices {count}: JAX already started with "
+                f"{jax.local_device_count('cpu')} CPU device(s); set XLA_FLAGS="
+                f"{flag} before the first JAX computation."
+            )
+    elif keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        try:
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration()] * count
+            )
+        except RuntimeError as error:
+            if len(tf.config.list_logical_devices("CPU")) != count:
+                raise RuntimeError(
+                    f"--cpu-devices {count}: TensorFlow has already started "
+                    f"({error}); call simulate_cpu_devices before any "
+                    "TensorFlow computation."
+                ) from None
+
+
+def setup_distribution(mode: str = "auto") -> DistributionPlan:
+    """Choose and start data-parallel training; see the module table."""
+    if mode not in MODES:
+        raise ValueError(
+            f"--distribute must be one of {', '.join(MODES)}. Received: {mode!r}"
+        )
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        return _tensorflow_plan(mode)
+    if backend == "jax":
+        return _jax_plan(mode)
+    if mode in ("auto", "none"):
+        return DistributionPlan("none")
+    raise ValueError(f"--distribute {mode} needs the TensorFlow or JAX backend.")
+
+
+def _tensorflow_plan(mode: str) -> DistributionPlan:
+    import tensorflow as tf
+
+    if mode == "auto":
+        devices = _tensorflow_devices()
+        if os.environ.get("TF_CONFIG"):
+            mode = "multiworker"
+        else:
+            mode = "mirrored" if len(devices) > 1 else "none"
+    if mode == "none":
+        return DistributionPlan("none")
+    if mode == "mirrored":
+        strategy = tf.distribute.MirroredStrategy(devices=_tensorflow_devices())
+        return DistributionPlan(
+            "mirrored", num_replicas=strategy.num_replicas_in_sync, strategy=strategy
+        )
+    if not os.environ.get("TF_CONFIG"):
+        raise ValueError(
+            "--distribute multiworker on TensorFlow reads the cluster from the "
+            'TF_CONFIG environment variable ({"cluster": {"worker": [...]}, '
+            '"task": {"type": "worker", "index": i}}); it is not set.'
+        )
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    resolver = strategy.cluster_resolver
+    return DistributionPlan(
+        "multiworker",
+        num_replicas=strategy.num_replicas_in_sync,
+        shard_index=resolver.task_id,
+        num_shards=len(resolver.cluster_spec().as_dict().get("worker", [None])),
+        strategy=strategy,
+    )
+
+
+def _tensorflow_devices() -> list[str]:
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    devices = gpus or tf.config.list_logical_devices("CPU")
+    return [device.name for device in devices]
+
+
+def _jax_plan(mode: str) -> DistributionPlan:
+    import jax
+
+    processes = int(os.environ.get("KERAS_DISTRIBUTION_NUM_PROCESSES", "1"))
+    if mode == "auto":
+        if processes > 1:
+            mode = "multiworker"
+        else:
+            mode = "mirrored" if jax.local_device_count() > 1 else "none"
+    if mode == "none":
+        return DistributionPlan("none")
+    if mode == "multiworker":
+        if processes < 2:
+            raise ValueError(
+                "--distribute multiworker on JAX reads the processes from "
+                "KERAS_DISTRIBUTION_JOB_ADDRESSES (the coordinator's host:port), "
+                "KERAS_DISTRIBUTION_NUM_PROCESSES (> 1) and "
+                "KERAS_DISTRIBUTION_PROCESS_ID; they are not set."
+            )
+        # Before anything starts the backend: CPU processes exchange
+        # gradients through gloo (GPUs keep their own collectives).
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        keras.distribution.initialize()
+    devices = keras.distribution.list_devices()
+    # Each process already generates its own rows (shard_index): Keras must
+    # not shard the data again.
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+    )
+    return DistributionPlan(
+        mode,
+        num_replicas=len(devices),
+        shard_index=jax.process_index(),
+        num_shards=jax.process_count(),
+    )
+
+
+def _reduce_scalar_logs_over_workers() -> None:
+    """Keras 3.15's TensorFlow trainer averages each step's logs across
+    workers with `strategy.reduce("MEAN", value, axis=0)`, which fails for
+    the scalar loss and metrics under MultiWorkerMirroredStrategy ("Invalid
+    reduction dimension 0 for input with 0 dimensions",
+    tensorflow/tensorflow#72388). Average those scalars over the replicas
+    (axis None) instead; everything else goes to Keras unchanged.
+    """
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import trainer
+
+    keras_reduce = trainer.reduce_per_replica
+    if getattr(keras_reduce, "scalars_over_workers", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction not in ("auto", "mean") or not isinstance(
+            strategy, tf.distribute.MultiWorkerMirroredStrategy
+        ):
+            return keras_reduce(values, strategy, reduction)
+
+        def reduce(value):
+            local = getattr(value, "values", (value,))[0]
+            if getattr(local, "shape", None) is not None and local.shape.rank == 0:
+                return strategy.reduce("MEAN", value, axis=None)
+            return keras_reduce(value, strategy, reduction)
+
+        return keras.tree.map_structure(reduce, values)
+
+    reduce_per_replica.scalars_over_workers = True
+    trainer.reduce_per_replica = reduce_per_replica

@@ -1,0 +1,191 @@
+"""The run directory and its one owner.
+
+Everything that reads or writes a run goes through `RunDirectory`: training
+(which creates, resumes or sets aside a run), and the CLI's `translate`,
+`evaluate`, `average` and `export`, which load a run's model and tokenizer.
+
+Layout:
+
+    manifest.json        run id, package version, and the settings and data
+                         fingerprint that produced the run (`identity`)
+    config.json          the model's TransformerConfig
+    tokenizer/           the joint subword tokenizer
+    checkpoints/         ckpt-<step>.keras + .json (see `checkpoints`)
+    model.keras          the final model
+    history.json         per-epoch metrics, with the step of each epoch end
+    training_curve.png, logs/ (TensorBoard), dev_bleu.jsonl
+    test.hyp.txt, test_scores.json
+
+Training into an existing run resumes it when the stored identity equals the
+requested one. Otherwise it refuses before touching anything and names each
+differing setting with both values; `overwrite=True` first moves the whole
+directory aside to `<run>.backup-<time>`, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from keras_transformer.checkpoints import atomic_write_text, list_checkpoints
+from keras_transformer.config import TransformerConfig
+from keras_transformer.version import __version__
+
+MANIFEST = "manifest.json"
+
+
+class RunConflict(ValueError):
+    """A run directory holds another run than the one requested."""
+
+
+def identity_conflicts(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
+    """`key: stored X, requested Y` for every setting that differs."""
+    lines = []
+    for key in sorted(set(stored) | set(requested)):
+        old, new = stored.get(key), requested.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            lines += [f"{key}.{line}" for line in identity_conflicts(old, new)]
+        elif old != new:
+            lines.append(f"{key}: stored {old!r}, requested {new!r}")
+    return lines
+
+
+class RunDirectory:
+    """The files of one training run (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.path)!r})"
+
+    # Paths, by role.
+    manifest_path = property(lambda self: self.path / MANIFEST)
+    config_path = property(lambda self: self.path / "config.json")
+    tokenizer_dir = property(lambda self: self.path / "tokenizer")
+    checkpoint_dir = property(lambda self: self.path / "checkpoints")
+    model_path = property(lambda self: self.path / "model.keras")
+    history_path = property(lambda self: self.path / "history.json")
+    curve_path = property(lambda self: self.path / "training_curve.png")
+    logs_dir = property(lambda self: self.path / "logs")
+    dev_bleu_path = property(lambda self: self.path / "dev_bleu.jsonl")
+    test_hypotheses_path = property(lambda self: self.path / "test.hyp.txt")
+    test_scores_path = property(lambda self: self.path / "test_scores.json")
+
+    def manifest(self) -> dict[str, Any] | None:
+        """The manifest, or None if there is none (a new run)."""
+        if not self.manifest_path.exists():
+            return None
+        try:
+            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except ValueError as error:
+            raise RunConflict(
+                f"{self.manifest_path}: unreadable ({error}). Pass --overwrite "
+                "to move this run aside and start afresh."
+            ) from None
+        return manifest
+
+    @property
+    def run_id(self) -> str:
+        manifest = self.manifest()
+        if manifest is None:
+            raise FileNotFoundError(
+                f"{self.path} is not a training run (no {MANIFEST})"
+            )
+        return manifest["run_id"]
+
+    def is_empty(self) -> bool:
+        return not self.path.exists() or not any(self.path.iterdir())
+
+    def check(self, identity: dict[str, Any], *, overwrite: bool = False) -> str:
+        """Decide, without writing anything: "new", "resume" or "overwrite".
+
+        Raises RunConflict when the directory holds something else than the
+        run `identity` describes and `overwrite` is False.
+        """
+        if self.is_empty():
+            return "new"
+        if overwrite:
+            return "overwrite"
+        manifest = self.manifest()
+        if manifest is None:
+            raise RunConflict(
+                f"{self.path} is not empty but has no {MANIFEST}: it is not a "
+                "run of this version. Choose another --run-dir, or pass "
+                "--overwrite to move its contents aside and start afresh."
+            )
+        conflicts = identity_conflicts(manifest["identity"], identity)
+        if conflicts:
+            raise RunConflict(
+                f"{self.path} holds a run with other settings; nothing was "
+                "changed. To resume it, repeat its settings; to start afresh, "
+                "pass --overwrite (the old run is moved aside) or choose another "
+                "--run-dir.\n  " + "\n  ".join(conflicts)
+            )
+        return "resume"
+
+    def set_aside(self) -> Path:
+        """Move the whole directory to `<run>.backup-<time>`; return it."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        backup = self.path.with_name(f"{self.path.name}.backup-{stamp}")
+        suffix = 1
+        while backup.exists():
+            suffix += 1
+            backup = self.path.with_name(f"{self.path.name}.backup-{stamp}-{suffix}")
+        self.path.rename(backup)
+        return backup
+
+    def create(self, identity: dict[str, Any], options: dict[str, Any]) -> str:
+        """Write a fresh manifest for a new run; return its run id."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        run_id = uuid.uuid4().hex[:12]
+        manifest = {
+            "run_id": run_id,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "package_version": __version__,
+            "identity": identity,
+            "options": options,
+        }
+        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2) + "\n")
+        return run_id
+
+    # Reading a run, for translate / evaluate / average / export.
+    def load_config(self) -> TransformerConfig:
+        return TransformerConfig.from_json(self.config_path)
+
+    def load_tokenizer(self):
+        from keras_transformer.data.tokenizer import load_tokenizer
+
+        return load_tokenizer(self.tokenizer_dir)
+
+    def resolve_model_path(self, model: str | os.PathLike | None = None) -> Path:
+        """`model` if given, else the final model, else the newest checkpoint."""
+        if model is not None:
+            path = Path(model)
+            if not path.exists():
+                raise FileNotFoundError(f"--model {path} not found.")
+            return path
+        if self.model_path.exists():
+            return self.model_path
+        checkpoints = self.checkpoints()
+        if checkpoints:
+            return checkpoints[-1].path
+        raise FileNotFoundError(
+            f"{self.path} has no model: neither {self.model_path.name} nor a "
+            f"checkpoint in {self.checkpoint_dir}. Train into it first."
+        )
+
+    def load_model(self, model: str | os.PathLike | None = None):
+        import keras
+
+        return keras.saving.load_model(self.resolve_model_path(model), compile=False)
+
+    def checkpoints(self):
+        """This run's checkpoints, oldest first by step."""
+        manifest = self.manifest()
+        run_id = None if manifest is None else manifest["run_id"]
+        return list_checkpoints(self.checkpoint_dir, run_id)

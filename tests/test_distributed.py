@@ -1,0 +1,123 @@
+"""Data-parallel training on 2 simulated CPU devices and in 2 processes.
+
+The device count is fixed when a backend starts, so every check runs
+`tests/distributed_checks.py` in a fresh subprocess on the backend under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+from tests.helpers import write_training_corpus
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).with_name("distributed_checks.py")
+BACKEND = keras.backend.backend()
+
+
+def run_check(*arguments, env=None):
+    environment = {**os.environ, "KERAS_BACKEND": BACKEND, **(env or {})}
+    environment.pop("XLA_FLAGS", None)
+    environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT), *map(str, arguments)],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(process, timeout=900):
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-4000:]
+    return output
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("corpus")
+    write_training_corpus(directory)
+    return directory
+
+
+def test_one_step_on_two_devices_equals_one_device(tmp_path):
+    out = tmp_path / "parity.json"
+    finish(run_check("parity", out))
+    report = json.loads(out.read_text())
+    assert report["replicas"] == 2
+    for optimizer in ("sgd", "adam"):
+        result = report[optimizer]
+        assert result["max_weight_change"] > 1e-4  # The step did something.
+        assert result["max_weight_difference"] <= 1e-5, (optimizer, result)
+        assert result["multi_loss"] == pytest.approx(result["single_loss"], abs=1e-5)
+
+
+def test_sigterm_resume_on_two_devices_equals_uninterrupted(tmp_path, corpus_dir):
+    out = tmp_path / "resume.json"
+    finish(run_check("resume", out, corpus_dir))
+    result = json.loads(out.read_text())
+    assert result["replicas"] == 2
+    assert result["stopped_at"] is not None
+    assert result["resumed_steps"] == result["reference_steps"] == 12
+    assert result["max_weight_difference"] <= 1e-6, result
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+def cluster_environments():
+    ports = [free_port(), free_port()]
+    if BACKEND == "tensorflow":
+        workers = [f"localhost:{port}" for port in ports]
+        return [
+            {
+                "TF_CONFIG": json.dumps(
+                    {
+                        "cluster": {"worker": workers},
+                        "task": {"type": "worker", "index": index},
+                    }
+                )
+            }
+            for index in range(2)
+        ]
+    return [
+        {
+            "KERAS_DISTRIBUTION_JOB_ADDRESSES": f"localhost:{ports[0]}",
+            "KERAS_DISTRIBUTION_NUM_PROCESSES": "2",
+            "KERAS_DISTRIBUTION_PROCESS_ID": str(index),
+        }
+        for index in range(2)
+    ]
+
+
+def test_two_workers_on_localhost_end_with_identical_weights(tmp_path, corpus_dir):
+    run_dir = tmp_path / "run"
+    outputs = [tmp_path / f"worker-{index}.npz" for index in range(2)]
+    processes = [
+        run_check("worker", out, corpus_dir, run_dir, env=env)
+        for out, env in zip(outputs, cluster_environments())
+    ]
+    for process in processes:
+        finish(process)
+    first, second = (np.load(path) for path in outputs)
+    assert int(first["arr_0"]) == int(second["arr_0"]) == 6
+    assert len(first.files) == len(second.files) > 10
+    for name in first.files[1:]:
+        np.testing.assert_array_equal(first[name], second[name])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["identity"]["replicas"] == 2
+    assert (run_dir / "model.keras").exists()  # Written by the chief alone.

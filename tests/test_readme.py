@@ -1,0 +1,23 @@
+"""The README's Python snippets run as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SNIPPETS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+
+
+def test_readme_has_python_snippets():
+    assert len(SNIPPETS) >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(len(SNIPPETS)))
+def test_readme_snippet_runs(index, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # Whatever a snippet writes lands here.
+    code = compile(SNIPPETS[index], f"README.md snippet {index + 1}", "exec")
+    exec(code, {"__name__": "__readme__"})

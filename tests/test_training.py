@@ -1,0 +1,240 @@
+"""`train()`: the run directory's owner, exact resume, NaN, determinism,
+step accounting and precision, in-process on a small corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import training
+from keras_transformer.callbacks import TrainingDiverged
+from keras_transformer.checkpoints import list_checkpoints
+from keras_transformer.run_directory import RunConflict, RunDirectory
+from keras_transformer.training import TrainingInterrupted, TrainOptions, train
+from tests.helpers import training_options, write_training_corpus
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def corpus_files(tmp_path_factory):
+    return write_training_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def options(run_dir, corpus_files, **changes):
+    return training_options(run_dir, corpus_files, **changes)
+
+
+def final_weights(run_dir):
+    model = keras.saving.load_model(os.path.join(run_dir, "model.keras"))
+    return [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+
+def tree_bytes(directory):
+    return {
+        path.relative_to(directory): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+class SignalAtBatch(keras.callbacks.Callback):
+    def __init__(self, batch, signum=signal.SIGTERM):
+        super().__init__()
+        self.batch, self.signum, self.seen = batch, signum, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.seen == self.batch:
+            os.kill(os.getpid(), self.signum)
+
+
+class PoisonAtBatch(keras.callbacks.Callback):
+    """Sets the shared embedding to Inf before batch `batch` (1-based)."""
+
+    def __init__(self, batch):
+        super().__init__()
+        self.batch, self.seen = batch, 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.seen += 1
+        if self.seen == self.batch:
+            embedding = self.model.get_layer("shared_embedding").embeddings
+            embedding.assign(np.full(embedding.shape, np.inf, "float32"))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, corpus_files):
+    """An uninterrupted run of 12 updates (dropout on): the yardstick."""
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    result = train(options(run_dir, corpus_files))
+    return run_dir, result
+
+
+def test_run_directory_contents(reference):
+    run_dir, result = reference
+    assert result.steps == 12
+    run = RunDirectory(run_dir)
+    manifest = run.manifest()
+    assert manifest["identity"]["vocab_size"] == 400
+    assert len(manifest["identity"]["data"]["fingerprint"]) == 64
+    assert [c.step for c in run.checkpoints()] == [4, 8, 12]
+    history = json.loads(run.history_path.read_text())
+    assert history["step"][-1] == 12
+    assert all(np.isfinite(history["loss"])) and "val_perplexity" in history
+    assert run.model_path.exists() and run.config_path.exists()
+
+
+def test_epochs_cross_and_updates_count_with_accumulation(tmp_path, corpus_files):
+    result = train(
+        options(tmp_path / "run", corpus_files, accumulation_steps=2, max_steps=6,
+                checkpoint_every=2)
+    )  # fmt: skip
+    run = RunDirectory(tmp_path / "run")
+    history = json.loads(run.history_path.read_text())
+    assert result.steps == 6
+    assert [c.step for c in run.checkpoints()] == [2, 4, 6]
+    final = keras.saving.load_model(run.model_path)
+    assert int(keras.ops.convert_to_numpy(final.optimizer.iterations)) == 6
+    assert history["step"][-1] == 6
+
+
+def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(
+    reference, tmp_path, corpus_files
+):
+    ref_dir, ref_result = reference
+    run_dir = tmp_path / "run"
+    # The signal arrives after batch 7 has been checked; update 8 finishes,
+    # is saved, and training stops.
+    with pytest.raises(TrainingInterrupted, match="SIGTERM: saved a checkpoint"):
+        train(options(run_dir, corpus_files), callbacks=[SignalAtBatch(7)])
+    run = RunDirectory(run_dir)
+    saved = run.checkpoints()[-1]
+    assert saved.step == 8 and saved.position.index > 0  # Mid-epoch.
+    assert not run.model_path.exists()
+    result = train(options(run_dir, corpus_files))
+    assert result.steps == ref_result.steps == 12
+    for got, expected in zip(final_weights(run_dir), final_weights(ref_dir)):
+        np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
+
+
+def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
+    reference, tmp_path, corpus_files
+):
+    run_dir = tmp_path / "run"
+    with pytest.raises(TrainingDiverged, match="at step 10;") as error:
+        train(options(run_dir, corpus_files), callbacks=[PoisonAtBatch(10)])
+    assert error.value.step == 10
+    run = RunDirectory(run_dir)
+    assert [c.step for c in run.checkpoints()] == [4, 8]
+    good = tree_bytes(run.checkpoint_dir)
+    assert not run.model_path.exists()
+    # Resuming from the last good checkpoint finishes like the reference.
+    result = train(options(run_dir, corpus_files))
+    assert result.steps == 12
+    for name, content in good.items():
+        assert (run.checkpoint_dir / name).read_bytes() == content
+    for got, expected in zip(final_weights(run_dir), final_weights(reference[0])):
+        np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
+
+
+def test_conflicting_rerun_refuses_and_touches_nothing(reference, corpus_files):
+    run_dir, _ = reference
+    before = tree_bytes(run_dir)
+    with pytest.raises(RunConflict) as error:
+        train(options(run_dir, corpus_files, vocab_size=420))
+    assert "vocab_size: stored 400, requested 420" in str(error.value)
+    with pytest.raises(RunConflict, match="seed: stored 0, requested 1"):
+        train(options(run_dir, corpus_files, seed=1))
+    assert tree_bytes(run_dir) == before
+
+
+def test_rerun_of_a_finished_run_trains_nothing(reference, corpus_files):
+    run_dir, _ = reference
+    checkpoints = tree_bytes(RunDirectory(run_dir).checkpoint_dir)
+    result = train(options(run_dir, corpus_files))
+    assert result.steps == 12
+    assert tree_bytes(RunDirectory(run_dir).checkpoint_dir) == checkpoints
+
+
+def test_overwrite_moves_the_old_run_aside(tmp_path, corpus_files):
+    run_dir = tmp_path / "run"
+    train(options(run_dir, corpus_files, max_steps=2))
+    old = tree_bytes(run_dir)
+    old_id = RunDirectory(run_dir).run_id
+    train(options(run_dir, corpus_files, max_steps=2, vocab_size=420, overwrite=True))
+    backups = list(tmp_path.glob("run.backup-*"))
+    assert len(backups) == 1
+    assert tree_bytes(backups[0]) == old
+    run = RunDirectory(run_dir)
+    assert run.run_id != old_id
+    assert run.manifest()["identity"]["vocab_size"] == 420
+    # Only the new run's checkpoints are listed.
+    assert [c.run_id for c in run.checkpoints()] == [run.run_id]
+
+
+def test_old_unmanaged_directory_is_refused(tmp_path, corpus_files):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "config.json").write_text("{}")
+    with pytest.raises(RunConflict, match="no manifest.json"):
+        train(options(run_dir, corpus_files))
+
+
+def test_same_seed_is_bit_identical_and_another_seed_differs(
+    reference, tmp_path, corpus_files
+):
+    # Step 4 of the reference run is its first checkpoint.
+    expected = keras.saving.load_model(
+        RunDirectory(reference[0]).checkpoint_dir / "ckpt-00000004.keras"
+    )
+    expected = [keras.ops.convert_to_numpy(w) for w in expected.weights]
+    train(options(tmp_path / "again", corpus_files, max_steps=4))
+    for got, want in zip(final_weights(tmp_path / "again"), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    train(options(tmp_path / "other", corpus_files, seed=1, max_steps=4))
+    other = final_weights(tmp_path / "other")
+    assert any(not np.array_equal(o, e) for o, e in zip(other, expected))
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_loss_is_finite_and_falls(precision, tmp_path, corpus_files):
+    result = train(
+        options(tmp_path / "run", corpus_files, precision=precision, max_steps=24,
+                checkpoint_every=0, learning_rate_scale=2.0)
+    )  # fmt: skip
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    losses = history["loss"]
+    assert all(np.isfinite(losses))
+    assert losses[-1] < losses[0]
+    assert np.isfinite(result.final_loss)
+    assert keras.config.dtype_policy().name == "float32"  # Restored.
+
+
+def test_float16_with_accumulation_is_refused():
+    with pytest.raises(ValueError, match="mixed_float16 with --accumulation-steps"):
+        TrainOptions(precision="mixed_float16", accumulation_steps=2)
+
+
+def test_public_steps_compose_around_a_users_fit(corpus_files):
+    opts = options("unused", corpus_files)
+    splits = training.load_splits(opts)
+    tokenizer = training.prepare_tokenizer(opts, splits)
+    data = training.prepare_batches(opts, splits, tokenizer)
+    model = training.build_model(opts, training.model_config(opts, tokenizer))
+    history = model.fit(
+        data.train.for_fit(training.DataPosition()),
+        steps_per_epoch=len(data.train),
+        epochs=2,
+        validation_data=data.valid.for_fit(),
+        verbose=0,
+    )
+    assert set(history.history) >= {"loss", "val_loss", "perplexity"}
+    assert history.history["loss"][1] < history.history["loss"][0]
+    assert not os.path.exists("unused")
+    assert list_checkpoints("unused") == []
