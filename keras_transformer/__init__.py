@@ -1,15 +1,24 @@
 """keras-transformer: the Transformer of "Attention Is All You Need" in Keras 3.
 
-The public names below load on first use, so `import keras_transformer` (and
-the command line's start) does not import Keras, TensorFlow or JAX until
-something needs them.
+Importing the package registers its layers, model, losses, metrics and
+schedules with Keras, so `keras.saving.load_model("model.keras")` works after
+`import keras_transformer`. The other public names load on first use.
 """
 
 from __future__ import annotations
 
 import importlib
 
+from keras_transformer import _console
 from keras_transformer.version import __version__  # noqa: F401 - in __all__
+
+if _console.is_command_line():  # Before Keras prints its native start-up.
+    _console.quiet_native_start_up()
+
+# The modules whose classes `.keras` files name; Keras only finds them once
+# they are imported (it imports keras* packages alone by itself).
+for _module in ("layers", "model", "losses", "metrics", "schedules"):
+    importlib.import_module(f"{__name__}.{_module}")
 
 _EXPORTS = {
     "LabelSmoothedCrossEntropy": "keras_transformer.losses",

@@ -15,16 +15,13 @@ resume.
 from __future__ import annotations
 
 import argparse
-import atexit
 import dataclasses
-import os
-import re
 import sys
-import threading
 import typing
 from pathlib import Path
 from typing import Any
 
+from keras_transformer._console import quiet_native_start_up
 from keras_transformer.config import TransformerConfig, field_names
 
 _FALSE, _TRUE = {"false", "0", "no", "off"}, {"true", "1", "yes", "on"}
@@ -337,6 +334,22 @@ def _average(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from keras_transformer.export import export_translator
+
+    path = export_translator(
+        args.run_dir,
+        args.out,
+        model=args.model,
+        beam_size=args.beam_size,
+        alpha=args.alpha,
+        max_extra_length=args.max_extra_length,
+        allow_unk=args.allow_unk,
+    )
+    print(f"SavedModel written to {path} (signatures: see {path}/assets/export.json)")
+    return 0
+
+
 def _summary(args: argparse.Namespace) -> int:
     from keras_transformer.model import build_transformer
 
@@ -389,6 +402,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how many of the newest checkpoints (default: 5)",
     )
     average.add_argument("--output", help="default: RUN_DIR/averaged-last-N.keras")
+    export = commands.add_parser(
+        "export", help="export a text-in, text-out TensorFlow SavedModel"
+    )
+    _add_decoding_arguments(export)
+    export.add_argument(
+        "--out", required=True, help="the SavedModel directory to create"
+    )
     summary = commands.add_parser("summary", help="print preset sizes")
     summary.add_argument("presets", nargs="*", default=["tiny", "base", "big"])
     summary.add_argument(
@@ -404,6 +424,7 @@ _COMMANDS = {
     "evaluate": _evaluate,
     "summary": _summary,
     "average": _average,
+    "export": _export,
 }
 
 
@@ -414,55 +435,14 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(["train", *(argv or [])])
     try:
         return _COMMANDS[args.command](args)
-    except (ValueError, FileNotFoundError, RuntimeError) as error:
+    except (ValueError, OSError, RuntimeError) as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
         return 2
 
 
-# Lines native code prints while TensorFlow and JAX start, whatever
-# TF_CPP_MIN_LOG_LEVEL says: CUDA probing on a machine without a GPU, and
-# absl's notice that it logs before it is initialised.
-_START_UP_NOISE = re.compile(
-    rb"cudart_stub\.cc|cuda_platform\.cc|cuda_(dnn|blas|fft)\.cc|"
-    rb"absl::InitializeLog|Unable to register cu(DNN|FFT|BLAS) factory|"
-    rb"computation_placer\.cc|TF-TRT Warning"
-)
-
-
-def _quiet_native_start_up() -> None:
-    """Drop the native start-up lines from stderr (everything else passes).
-
-    Only when TF_CPP_MIN_LOG_LEVEL is 2 or more, which the command sets
-    unless the user chose a level: set it to 0 or 1 to see them.
-    """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if os.environ["TF_CPP_MIN_LOG_LEVEL"] < "2":
-        return
-    read_end, write_end = os.pipe()
-    original = os.dup(2)
-    os.dup2(write_end, 2)
-    os.close(write_end)
-
-    def forward() -> None:
-        with os.fdopen(read_end, "rb", buffering=0) as pipe:
-            for line in iter(pipe.readline, b""):
-                if not _START_UP_NOISE.search(line):
-                    os.write(original, line)
-
-    thread = threading.Thread(target=forward, name="stderr-filter", daemon=True)
-    thread.start()
-
-    def restore() -> None:
-        sys.stderr.flush()
-        os.dup2(original, 2)  # Closes the pipe: the thread sees its end.
-        thread.join(timeout=5)
-
-    atexit.register(restore)
-
-
 def console() -> int:
     """The `keras-transformer` command (and `python -m keras_transformer`)."""
-    _quiet_native_start_up()
+    quiet_native_start_up()
     return main()
 
 

@@ -93,11 +93,14 @@ class SequenceGenerator:
         self.suppressed_ids = decoding.ALWAYS_SUPPRESSED + (
             () if allow_unk else (UNK_ID,)
         )
-        self._run = compile_function(self._search, model) if jit else self._search
+        self._run = compile_function(self.search, model) if jit else self.search
 
-    def _search(self, source_ids):
+    def search(self, source_ids):
+        """The uncompiled search on tensors: (B, S) int32 source ids ->
+        (sequences (B, k, L), scores (B, k)) tensors. B and S may be dynamic
+        (a TensorFlow graph with unknown dimensions)."""
         k = self.beam_size
-        batch_size, source_length = source_ids.shape
+        batch_size, source_length = ops.shape(source_ids)
         max_length = source_length + self.max_extra_length
         limits = decoding.output_limits(source_ids, self.max_extra_length)
         memory = self.model.encode(source_ids)

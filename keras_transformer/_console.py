@@ -1,0 +1,67 @@
+"""Quiet start-up for the command line (imports nothing heavy).
+
+`keras_transformer/__init__.py` calls `quiet_native_start_up` before it
+imports Keras when the process is the `keras-transformer` command, because
+importing Keras (with JAX, it loads TensorFlow too) prints native start-up
+lines before any Python code of the command runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import sys
+import threading
+
+# Lines native code prints while TensorFlow and JAX start, whatever
+# TF_CPP_MIN_LOG_LEVEL says: CUDA probing on a machine without a GPU, and
+# absl's notice that it logs before it is initialised.
+_installed = False
+_START_UP_NOISE = re.compile(
+    rb"cudart_stub\.cc|cuda_platform\.cc|cuda_(dnn|blas|fft)\.cc|"
+    rb"absl::InitializeLog|Unable to register cu(DNN|FFT|BLAS) factory|"
+    rb"computation_placer\.cc|TF-TRT Warning"
+)
+
+
+def quiet_native_start_up() -> None:
+    """Drop the native start-up lines from stderr (everything else passes).
+
+    Only when TF_CPP_MIN_LOG_LEVEL is 2 or more, which the command sets
+    unless the user chose a level: set it to 0 or 1 to see them.
+    """
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if os.environ["TF_CPP_MIN_LOG_LEVEL"] < "2":
+        return
+    read_end, write_end = os.pipe()
+    original = os.dup(2)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def forward() -> None:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            for line in iter(pipe.readline, b""):
+                if not _START_UP_NOISE.search(line):
+                    os.write(original, line)
+
+    thread = threading.Thread(target=forward, name="stderr-filter", daemon=True)
+    thread.start()
+
+    def restore() -> None:
+        sys.stderr.flush()
+        os.dup2(original, 2)  # Closes the pipe: the thread sees its end.
+        thread.join(timeout=5)
+
+    atexit.register(restore)
+
+
+def is_command_line() -> bool:
+    """Whether this process is `keras-transformer` or `python -m
+    keras_transformer` (while the package is being imported)."""
+    name = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return name == "keras-transformer" or name == "-m"
