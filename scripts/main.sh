@@ -10,7 +10,7 @@ export TF_CPP_MIN_LOG_LEVEL=2
 RUN_DIR="${RUN_DIR:-runs/builtin-tiny}"
 # A 2,000-piece vocabulary covers the built-in grammar's words whole and keeps
 # the output layer cheap.
-.venv/bin/keras-transformer train --run-dir "$RUN_DIR" --max-minutes 5 \
+.venv/bin/keras-transformer train --run-dir "$RUN_DIR" --max-steps 2400 \
   --vocab-size 2000 "$@"
 printf '%s\n' "The old man has bought a red car." \
   "Today the children want to play in the garden." \

@@ -385,3 +385,30 @@ def test_decode_step_with_a_prompt_chunk(model):
             SOURCE,
         )
         np.testing.assert_allclose(to_numpy(logits)[:, 0], expected[:, step], atol=1e-4)
+
+
+def test_keras_load_model_after_importing_the_package_alone(tmp_path):
+    """A fresh process that only imports the package can load a `.keras`
+    file with `keras.saving.load_model` (the classes are registered on
+    import; Keras does not import custom packages by itself)."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "model.keras"
+    build_transformer(small_config()).save(path)
+    script = (
+        "import sys, keras, keras_transformer\n"
+        "model = keras.saving.load_model(sys.argv[1])\n"
+        "print(type(model).__name__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "Transformer"
