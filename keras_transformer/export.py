@@ -1,8 +1,9 @@
 """Export a trained run as a text-in, text-out TensorFlow SavedModel.
 
-The SavedModel needs neither this package nor Keras to serve: tokenization
-(tensorflow-text), the KV-cached search (compiled with XLA) and
-detokenization are all TensorFlow graph ops. Its signatures:
+The SavedModel serves without this package (TensorFlow and tensorflow-text
+alone; TensorFlow 2.21 imports Keras itself when it is installed, but the
+SavedModel uses none of it): tokenization, the KV-cached search (compiled
+with XLA) and detokenization are all TensorFlow graph ops. Its signatures:
 
 - ``translate``: ``text`` tf.string[batch] -> ``translation`` tf.string[batch]
   and ``score`` float32[batch], the length-normalised log-probability of the
@@ -51,6 +52,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from keras_transformer.generate import check_search_settings
 from keras_transformer.version import __version__
 
 EXPORT_INFO = "export.json"
@@ -71,14 +73,7 @@ class ExportSettings:
     allow_unk: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.beam_size, int) or self.beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1. Received: {self.beam_size}")
-        if self.alpha < 0:
-            raise ValueError(f"alpha must be >= 0. Received: {self.alpha}")
-        if not isinstance(self.max_extra_length, int) or self.max_extra_length < 1:
-            raise ValueError(
-                f"max_extra_length must be >= 1. Received: {self.max_extra_length}"
-            )
+        check_search_settings(self.beam_size, self.alpha, self.max_extra_length)
 
 
 def export_translator(

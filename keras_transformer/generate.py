@@ -43,6 +43,16 @@ def uncached_step_fn(model, source_ids, memory):
     return step_fn
 
 
+def check_search_settings(beam_size: int, alpha: float, max_extra_length: int):
+    """Raise ValueError naming the first search setting out of range."""
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1. Received: beam_size={beam_size}")
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0. Received: alpha={alpha}")
+    if max_extra_length < 1:
+        raise ValueError(f"max_extra_length must be >= 1. Received: {max_extra_length}")
+
+
 class SequenceGenerator:
     """Greedy (beam_size=1) or beam-search decoding of a Transformer.
 
@@ -76,14 +86,7 @@ class SequenceGenerator:
         jit: bool = True,
         allow_unk: bool = False,
     ):
-        if not isinstance(beam_size, int) or beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1. Received: beam_size={beam_size}")
-        if alpha < 0:
-            raise ValueError(f"alpha must be >= 0. Received: alpha={alpha}")
-        if max_extra_length < 1:
-            raise ValueError(
-                f"max_extra_length must be >= 1. Received: {max_extra_length}"
-            )
+        check_search_settings(beam_size, alpha, max_extra_length)
         self.model = model
         self.beam_size = beam_size
         self.alpha = alpha
