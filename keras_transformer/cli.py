@@ -23,6 +23,7 @@ from typing import Any
 
 from keras_transformer._console import quiet_native_start_up
 from keras_transformer.config import TransformerConfig, field_names
+from keras_transformer.export_ctranslate2 import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
 
 _FALSE, _TRUE = {"false", "0", "no", "off"}, {"true", "1", "yes", "on"}
 
@@ -335,17 +336,36 @@ def _average(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from keras_transformer.export import export_translator
-
-    path = export_translator(
-        args.run_dir,
-        args.out,
+    settings = dict(
         model=args.model,
         beam_size=args.beam_size,
         alpha=args.alpha,
         max_extra_length=args.max_extra_length,
         allow_unk=args.allow_unk,
     )
+    if args.format == "ctranslate2":
+        from keras_transformer.export_ctranslate2 import export_ctranslate2
+
+        path = export_ctranslate2(
+            args.run_dir,
+            args.out,
+            quantization=args.quantization,
+            max_positions=args.max_positions,
+            **settings,
+        )
+        print(
+            f"CTranslate2 model written to {path} (how to call it: {path}/export.json)"
+        )
+        return 0
+    for flag, value in (
+        ("--quantization", args.quantization),
+        ("--max-positions", args.max_positions != DEFAULT_MAX_POSITIONS),
+    ):
+        if value:
+            raise ValueError(f"{flag} applies to --format ctranslate2 only.")
+    from keras_transformer.export import export_translator
+
+    path = export_translator(args.run_dir, args.out, **settings)
     print(f"SavedModel written to {path} (signatures: see {path}/assets/export.json)")
     return 0
 
@@ -403,11 +423,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     average.add_argument("--output", help="default: RUN_DIR/averaged-last-N.keras")
     export = commands.add_parser(
-        "export", help="export a text-in, text-out TensorFlow SavedModel"
+        "export",
+        help="export a text-in, text-out TensorFlow SavedModel, or a CTranslate2 model",
     )
     _add_decoding_arguments(export)
     export.add_argument(
-        "--out", required=True, help="the SavedModel directory to create"
+        "--out", required=True, help="the directory to create (must not exist)"
+    )
+    export.add_argument(
+        "--format",
+        choices=("savedmodel", "ctranslate2"),
+        default="savedmodel",
+        help="savedmodel (TensorFlow serving, search inside) or ctranslate2 "
+        "(weights for CTranslate2; the search settings are recorded in "
+        "export.json) (default: savedmodel)",
+    )
+    export.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        help="CTranslate2 weight type (default: float32)",
+    )
+    export.add_argument(
+        "--max-positions",
+        type=_at_least(1),
+        default=DEFAULT_MAX_POSITIONS,
+        help="CTranslate2: rows of the sinusoidal position table, the longest "
+        f"source or output it can encode (default: {DEFAULT_MAX_POSITIONS})",
     )
     summary = commands.add_parser("summary", help="print preset sizes")
     summary.add_argument("presets", nargs="*", default=["tiny", "base", "big"])
@@ -435,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(["train", *(argv or [])])
     try:
         return _COMMANDS[args.command](args)
-    except (ValueError, OSError, RuntimeError) as error:
+    except (ValueError, OSError, RuntimeError, ImportError) as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
         return 2
 

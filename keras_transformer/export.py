@@ -49,6 +49,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -105,18 +106,19 @@ def export_translator(
     """
     settings = ExportSettings(beam_size, alpha, max_extra_length, allow_unk)
     out = Path(out)
-    model_path = _check_run(run_dir, out, model)
+    model_path = check_run(run_dir, out, model)
     import keras
 
     if keras.backend.backend() == "tensorflow":
-        _export_atomically(Path(run_dir), model_path, out, settings)
+        _export_saved_model(Path(run_dir), model_path, out, settings)
     else:
         _export_in_child(Path(run_dir), model_path, out, settings)
     return out
 
 
-def _check_run(run_dir, out: Path, model) -> Path:
-    """Everything that can be checked without loading the model."""
+def check_run(run_dir, out: Path, model) -> Path:
+    """Everything that can be checked without loading the model; returns the
+    path of the `.keras` file to export."""
     from keras_transformer.run_directory import RunDirectory
 
     run = RunDirectory(run_dir)
@@ -149,11 +151,21 @@ def _tokenizer_vocab_size(directory: Path) -> int:
     return load_tokenizer(directory).vocab_size
 
 
-def _export_atomically(run_dir: Path, model_path: Path, out: Path, settings):
+def _export_saved_model(run_dir: Path, model_path: Path, out: Path, settings):
+    def write(staging: Path) -> None:
+        _write_saved_model(run_dir, model_path, staging, settings)
+
+    write_atomically(out, write)
+
+
+def write_atomically(out: Path, write: Callable[[Path], None]) -> None:
+    """Call `write` on a staging directory beside `out`, then rename it to
+    `out`; on any failure remove it, so `out` never holds a partial export."""
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        _write_saved_model(run_dir, model_path, staging, settings)
+        write(staging)
+        staging.chmod(0o755)  # mkdtemp's 0700 would hide it from a server user.
         if out.exists():
             out.rmdir()  # Checked empty before anything was written.
         staging.rename(out)
@@ -254,7 +266,7 @@ def _signature_docs(settings: ExportSettings) -> dict[str, str]:
 def _child_main(argv: list[str]) -> int:
     request = json.loads(argv[0])
     try:
-        _export_atomically(
+        _export_saved_model(
             Path(request["run_dir"]),
             Path(request["model"]),
             Path(request["out"]),

@@ -233,3 +233,27 @@ def training_options(run_dir, files, **changes):
     )
     values.update(changes)
     return TrainOptions(**values)
+
+
+def ctranslate2_ids(directory, tokenizer, settings, sentences):
+    """Token ids per sentence, each searched alone with its own length limit
+    (as `Translator` limits each sentence)."""
+    import ctranslate2
+
+    from keras_transformer.export_ctranslate2 import translate_batch_options
+
+    translator = ctranslate2.Translator(str(directory), intra_threads=1)
+    options = translate_batch_options(tokenizer, settings)
+    piece_ids = {tokenizer.id_to_piece(i): i for i in range(tokenizer.vocab_size)}
+    outputs = []
+    for ids in tokenizer.encode(sentences):
+        pieces = [tokenizer.id_to_piece(i) for i in ids]
+        result = translator.translate_batch(
+            [pieces],
+            **options,
+            max_decoding_length=len(pieces) + settings.max_extra_length,
+            return_end_token=True,
+        )
+        hypothesis = result[0].hypotheses[0]
+        outputs.append([piece_ids[piece] for piece in hypothesis])
+    return outputs

@@ -24,7 +24,12 @@ from keras_transformer.export import (
 from keras_transformer.run_directory import RunDirectory
 from keras_transformer.training import train
 from keras_transformer.translator import Translator
-from tests.helpers import training_options, write_training_corpus
+from tests.helpers import (
+    TRAINING_MODEL,
+    ctranslate2_ids,
+    training_options,
+    write_training_corpus,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("keras_state")]
 
@@ -35,12 +40,19 @@ EXTRA = 12  # Short outputs keep the barely trained model's searches quick.
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A run trained for 300 updates on this suite's backend: enough that
-    its translations are real sentences, not an immediate EOS."""
+    its translations are sentence-like and end in EOS (with the helpers'
+    20 warmup steps this tiny model's learning rate peaks too high and its
+    outputs degenerate into loops)."""
     directory = tmp_path_factory.mktemp("export")
     files = write_training_corpus(directory)
     run = directory / "run"
     keras.config.set_dtype_policy("float32")
-    train(training_options(run, files, max_steps=300, checkpoint_every=100))
+    model = {**TRAINING_MODEL, "warmup_steps": 100}
+    train(
+        training_options(
+            run, files, max_steps=300, checkpoint_every=100, overrides=model
+        )
+    )
     return run
 
 
@@ -306,7 +318,7 @@ def test_failed_export_leaves_nothing_at_out(run_dir, tmp_path, monkeypatch):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(export, "_write_saved_model", fail_half_way)
-    monkeypatch.setattr(export, "_export_in_child", export._export_atomically)
+    monkeypatch.setattr(export, "_export_in_child", export._export_saved_model)
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="disk full"):
         export_translator(run_dir, out)
@@ -322,3 +334,112 @@ def test_cli_export_reports_a_missing_model(tmp_path, capsys):
     assert status == 2
     assert "keras-transformer export: error:" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture(scope="module")
+def ctranslate2_export(run_dir, tmp_path_factory):
+    pytest.importorskip("ctranslate2")
+    from keras_transformer.export_ctranslate2 import export_ctranslate2
+
+    out = tmp_path_factory.mktemp("ct2") / "model"
+    return export_ctranslate2(run_dir, out, max_extra_length=EXTRA)
+
+
+def held_out_ids(run_dir, sentences, settings):
+    run = RunDirectory(run_dir)
+    translator = Translator(
+        run.load_model(),
+        run.load_tokenizer(),
+        beam_size=settings.beam_size,
+        alpha=settings.alpha,
+        max_extra_length=settings.max_extra_length,
+    )
+    return [ids.tolist() for ids in translator.translate_ids(sentences)]
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_ctranslate2_searches_as_translator(
+    run_dir, ctranslate2_export, held_out, beam_size
+):
+    """50 held-out sentences. Greedy: the same tokens. Beam 4 without a
+    length penalty: the same tokens but where the two searches are defined
+    differently (CTranslate2 renormalises over the unsuppressed tokens, see
+    keras_transformer/export_ctranslate2.py), which this barely trained
+    model's probability on UNK/PAD/BOS makes matter for a few sentences."""
+    from keras_transformer.export import ExportSettings
+
+    sentences, _ = held_out
+    settings = ExportSettings(beam_size, 0.0, EXTRA)
+    tokenizer = RunDirectory(run_dir).load_tokenizer()
+    ours = held_out_ids(run_dir, sentences, settings)
+    theirs = ctranslate2_ids(ctranslate2_export, tokenizer, settings, sentences)
+    assert sum(ids[-1:] == [tokenizer.eos_id] for ids in ours) >= 40
+    assert len({tuple(ids) for ids in ours}) >= 30  # Not one degenerate output.
+    if beam_size == 1:
+        assert theirs == ours
+    else:
+        assert sum(t == o for t, o in zip(theirs, ours)) >= 46
+
+
+def test_ctranslate2_export_records_how_to_call_it(ctranslate2_export):
+    info = json.loads((ctranslate2_export / "export.json").read_text())
+    assert info["format"] == "ctranslate2"
+    assert info["package_version"] == keras_transformer_version()
+    assert info["max_extra_length"] == EXTRA
+    assert info["translate_batch"]["beam_size"] == 4
+    assert info["translate_batch"]["length_penalty"] == 0.6
+    for name in ("model.bin", "config.json", "sentencepiece.model", "tokenizer"):
+        assert (ctranslate2_export / name).exists(), name
+
+
+def test_readme_ctranslate2_snippet_translates(ctranslate2_export, tmp_path):
+    """README's CTranslate2 example, run as written in a fresh process that
+    imports neither Keras nor this package."""
+    from tests.test_readme import CTRANSLATE2_SNIPPETS
+
+    assert len(CTRANSLATE2_SNIPPETS) == 1
+    (tmp_path / "exported-ct2").symlink_to(ctranslate2_export)
+    script = (
+        CTRANSLATE2_SNIPPETS[0] + "\nimport sys\nassert 'keras' not in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip()  # A translation, not an empty line.
+
+
+def test_cli_exports_int8_ctranslate2(run_dir, tmp_path, ctranslate2_export, held_out):
+    from keras_transformer.cli import main
+    from keras_transformer.export import ExportSettings
+
+    out = tmp_path / "int8"
+    status = main(
+        [
+            *("export", "--run-dir", str(run_dir), "--out", str(out)),
+            *("--format", "ctranslate2", "--quantization", "int8", "--beam-size", "1"),
+        ]
+    )
+    assert status == 0
+    info = json.loads((out / "export.json").read_text())
+    assert info["quantization"] == "int8" and info["translate_batch"]["beam_size"] == 1
+    full = (ctranslate2_export / "model.bin").stat().st_size
+    assert (out / "model.bin").stat().st_size < full
+    sentences, _ = held_out
+    tokenizer = RunDirectory(run_dir).load_tokenizer()
+    settings = ExportSettings(1, 0.0, EXTRA)
+    quantized = ctranslate2_ids(out, tokenizer, settings, sentences[:20])
+    # int8 rows of 32 weights move this model's near-flat distributions, so
+    # outputs differ from float32 ones (docs/benchmarks.md compares BLEU on
+    # a trained model); they are still whole sentences.
+    assert sum(ids[-1:] == [tokenizer.eos_id] for ids in quantized) >= 15
+
+
+def test_cli_refuses_quantization_for_saved_model(run_dir, tmp_path, capsys):
+    from keras_transformer.cli import main
+
+    out = tmp_path / "o"
+    args = ["export", "--run-dir", str(run_dir), "--out", str(out)]
+    assert main([*args, "--quantization", "int8"]) == 2
+    assert "--quantization applies to --format ctranslate2" in capsys.readouterr().err
+    assert not out.exists()

@@ -13,7 +13,9 @@ ALL_SNIPPETS = re.findall(
 )
 # The serving snippet needs an exported model; tests/test_export.py runs it.
 SERVING_SNIPPETS = [s for s in ALL_SNIPPETS if "tf.saved_model.load" in s]
-SNIPPETS = [s for s in ALL_SNIPPETS if s not in SERVING_SNIPPETS]
+CTRANSLATE2_SNIPPETS = [s for s in ALL_SNIPPETS if "import ctranslate2" in s]
+# Those need an exported model: tests/test_export.py runs them.
+SNIPPETS = [s for s in ALL_SNIPPETS if s not in SERVING_SNIPPETS + CTRANSLATE2_SNIPPETS]
 
 
 def test_readme_has_python_snippets():

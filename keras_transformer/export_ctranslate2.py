@@ -1,0 +1,352 @@
+"""Export a trained run as a CTranslate2 model, for fast serving on CPU or GPU.
+
+The model is described with CTranslate2's own model-spec API (a
+`TransformerSpec` with this run's sizes: post-norm or pre-norm as trained,
+ReLU, the shared embedding matrix as source, target and output projection,
+and this run's positional table given row by row, since the paper's
+interleaved sinusoids are not CTranslate2's default layout), then saved next
+to the run's tokenizer. Weights are read from the `.keras` file with NumPy,
+so either backend exports without TensorFlow. The directory it writes::
+
+    model.bin, config.json, shared_vocabulary.json   # CTranslate2's files
+    tokenizer/                                       # the run's tokenizer
+    sentencepiece.model                              # (SentencePiece runs)
+    export.json                                      # settings, how to call
+
+Translate with it (pieces in, pieces out; no BOS/EOS on the source), with
+the `translate_batch` arguments that `export.json` records::
+
+    import json, ctranslate2, sentencepiece
+    info = json.load(open("out/export.json"))
+    sp = sentencepiece.SentencePieceProcessor(model_file="out/sentencepiece.model")
+    translator = ctranslate2.Translator("out", intra_threads=2)
+    source = sp.encode(["A dog runs."], out_type=str)
+    results = translator.translate_batch(
+        source, **info["translate_batch"],
+        max_decoding_length=max(map(len, source)) + info["max_extra_length"])
+    print(sp.decode(results[0].hypotheses[0]))
+
+With those arguments, greedy search is `Translator`'s greedy search: the
+outputs match token for token. The differences (also in `export.json`):
+
+- Beam search normalises scores by ``length ** length_penalty``; this
+  package uses GNMT's ``((5 + length) / 6) ** alpha`` (Wu et al. 2016), as the
+  paper did, so with a penalty they can rank finished hypotheses differently.
+- CTranslate2 removes the suppressed tokens (PAD, BOS, UNK) before the
+  softmax, renormalising over the rest; this package removes them after, so
+  a hypothesis scores its true log-probability under the model. Greedy
+  choices are the same either way; beam search can keep a different k-th
+  hypothesis when the suppressed tokens hold probability (mostly in barely
+  trained models).
+- ``max_decoding_length`` is one number per batch, where `Translator` allows
+  each sentence its own length + ``max_extra_length``.
+- The positional table has ``max_positions`` rows (1,280 by default); a
+  longer source or output is an error in CTranslate2 ("No position encodings
+  are defined for positions >= ..."), never a silent truncation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from keras_transformer.version import __version__
+
+#: Weight types `quantization` accepts (CTranslate2's names); None keeps float32.
+QUANTIZATIONS = (
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+    "float32",
+)
+DIFFERENCES = [
+    "Beam scores are normalised by length ** length_penalty, not by GNMT's "
+    "((5 + length) / 6) ** alpha.",
+    "Suppressed tokens (PAD, BOS, UNK) are removed before the softmax, not "
+    "after: beam scores are renormalised over the allowed tokens, so beam "
+    "search can rank hypotheses differently; greedy search is unaffected.",
+    "max_decoding_length is one limit per batch; Translator gives each "
+    "sentence its own length + max_extra_length.",
+    "A source or output longer than max_positions tokens fails in CTranslate2 "
+    "(Translator has no limit).",
+]
+#: Rows of the positional table: CTranslate2's default `max_input_length` plus
+#: room for the target side's extra length.
+DEFAULT_MAX_POSITIONS = 1024 + 256
+
+
+def export_ctranslate2(
+    run_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    model: str | os.PathLike | None = None,
+    quantization: str | None = None,
+    max_positions: int = DEFAULT_MAX_POSITIONS,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_extra_length: int = 50,
+    allow_unk: bool = False,
+) -> Path:
+    """Export the run in `run_dir` as a CTranslate2 model directory at `out`.
+
+    Args:
+        run_dir: A trained run directory (either backend).
+        out: The directory to create; must not exist, or be empty.
+        model: A `.keras` file to export instead of the run's final model.
+        quantization: One of `QUANTIZATIONS` (e.g. "int8"), or None for
+            float32 weights.
+        max_positions: Rows of the sinusoidal table: the longest source,
+            and the longest output, CTranslate2 can then encode (it fails
+            with a clear error beyond). Learned positions export their own.
+        beam_size, alpha, max_extra_length, allow_unk: As for `Translator`.
+            CTranslate2 takes its search settings per call, so these are only
+            recorded in `export.json` as the `translate_batch` arguments to
+            use.
+
+    Returns:
+        The model directory's path.
+
+    Raises:
+        ImportError: ctranslate2 is not installed.
+        FileNotFoundError: The run has no model.
+        FileExistsError: `out` exists and is not empty.
+        ValueError: A bad argument, a tokenizer that does not belong to the
+            model, or a model CTranslate2 cannot represent.
+    """
+    from keras_transformer.export import ExportSettings, check_run, write_atomically
+
+    settings = ExportSettings(beam_size, alpha, max_extra_length, allow_unk)
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(
+            f"--quantization must be one of {', '.join(QUANTIZATIONS)}. "
+            f"Received: {quantization!r}"
+        )
+    if not isinstance(max_positions, int) or max_positions < 1:
+        raise ValueError(
+            f"max_positions must be an integer >= 1. Received: {max_positions!r}"
+        )
+    _import_ctranslate2()
+    out = Path(out)
+    model_path = check_run(run_dir, out, model)
+
+    def write(staging: Path) -> None:
+        _write_model(
+            Path(run_dir), model_path, staging, quantization, max_positions, settings
+        )
+
+    write_atomically(out, write)
+    return out
+
+
+def _import_ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError as error:
+        raise ImportError(
+            "--format ctranslate2 needs the ctranslate2 package: "
+            "pip install 'keras-transformer[serve]' (or pip install ctranslate2)."
+        ) from error
+    return ctranslate2
+
+
+def _write_model(run_dir, model_path, out, quantization, max_positions, settings):
+    import keras
+
+    from keras_transformer.run_directory import RunDirectory
+
+    run = RunDirectory(run_dir)
+    tokenizer = run.load_tokenizer()
+    model = keras.saving.load_model(model_path, compile=False)
+    spec = build_spec(model, tokenizer, max_positions)
+    rows = spec.encoder.position_encodings.encodings.shape[0]  # Before aliasing.
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    spec.save(str(out))
+    tokenizer.save(out / "tokenizer")
+    if tokenizer.kind == "sentencepiece":
+        (out / "sentencepiece.model").write_bytes(tokenizer.model_proto)
+    info = {
+        "format": "ctranslate2",
+        "package_version": __version__,
+        "model": model_path.name,
+        "tokenizer": tokenizer.kind,
+        "vocab_size": tokenizer.vocab_size,
+        "quantization": quantization or "float32",
+        "max_positions": int(rows),
+        "translate_batch": translate_batch_options(tokenizer, settings),
+        "max_extra_length": settings.max_extra_length,
+        "differences_from_translator": DIFFERENCES,
+    }
+    (out / "export.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def translate_batch_options(tokenizer, settings) -> dict:
+    """`ctranslate2.Translator.translate_batch` arguments that search as
+    `Translator` does with `settings` (an `ExportSettings`). Add
+    ``max_decoding_length`` = the batch's longest source + max_extra_length."""
+    suppressed = [tokenizer.pad_id, tokenizer.bos_id]
+    return {
+        "beam_size": settings.beam_size,
+        "length_penalty": settings.alpha,
+        "disable_unk": not settings.allow_unk,
+        # Never generated by `Translator` either.
+        "suppress_sequences": [[tokenizer.id_to_piece(i)] for i in suppressed],
+        # CTranslate2's defaults forbid an immediate EOS and truncate long
+        # sources; `Translator` does neither.
+        "min_decoding_length": 0,
+        "max_input_length": 0,
+    }
+
+
+def build_spec(model, tokenizer, max_positions: int = DEFAULT_MAX_POSITIONS):
+    """A `ctranslate2.specs.TransformerSpec` holding `model`'s weights.
+
+    Args:
+        model: A `keras_transformer.model.Transformer`.
+        tokenizer: The run's tokenizer (its pieces are the vocabulary).
+        max_positions: Rows of the sinusoidal table.
+
+    Raises:
+        ValueError: For a model CTranslate2's Transformer cannot represent.
+    """
+    from ctranslate2.specs import transformer_spec
+
+    config = model.config
+    _check_representable(config, tokenizer)
+    spec = transformer_spec.TransformerSpec.from_config(
+        (config.num_encoder_layers, config.num_decoder_layers),
+        config.num_heads,
+        pre_norm=config.norm_first,
+    )
+    parts = model._parts
+    source_table = _numpy(parts.source_embedding.embeddings)
+    target_table = _numpy(parts.target_embedding.embeddings)
+    source_positions, target_positions = _position_tables(model, parts, max_positions)
+    encoder, decoder = spec.encoder, spec.decoder
+    encoder.embeddings[0].weight = source_table
+    encoder.position_encodings.encodings = source_positions
+    decoder.embeddings.weight = target_table
+    decoder.position_encodings.encodings = target_positions
+    for block_spec, block in zip(encoder.layer, model.encoder_blocks):
+        _set_self_attention(block_spec.self_attention, block)
+        _set_feed_forward(block_spec.ffn, block)
+    for block_spec, block in zip(decoder.layer, model.decoder_blocks):
+        _set_self_attention(block_spec.self_attention, block)
+        _set_cross_attention(block_spec.attention, block)
+        _set_feed_forward(block_spec.ffn, block)
+    if config.norm_first:
+        _set_norm(encoder.layer_norm, parts.encoder_norm)
+        _set_norm(decoder.layer_norm, parts.decoder_norm)
+    if parts.output_projection is None:
+        decoder.projection.weight = target_table
+    else:
+        _set_linear(decoder.projection, parts.output_projection)
+    spec.config.layer_norm_epsilon = float(config.layer_norm_epsilon)
+    spec.config.unk_token = tokenizer.id_to_piece(tokenizer.unk_id)
+    spec.config.bos_token = tokenizer.id_to_piece(tokenizer.bos_id)
+    spec.config.eos_token = tokenizer.id_to_piece(tokenizer.eos_id)
+    spec.config.decoder_start_token = spec.config.bos_token
+    pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    return spec
+
+
+def _check_representable(config, tokenizer) -> None:
+    problems = []
+    if config.attention_window is not None:
+        problems.append(
+            f"attention_window={config.attention_window} (CTranslate2 has no "
+            "local attention of this kind)"
+        )
+    if config.target_vocab_size not in (None, config.vocab_size):
+        problems.append(
+            f"target_vocab_size={config.target_vocab_size} differs from "
+            f"vocab_size={config.vocab_size} (one joint tokenizer)"
+        )
+    if tokenizer.vocab_size != config.vocab_size:
+        problems.append(
+            f"the tokenizer has {tokenizer.vocab_size} pieces but the model "
+            f"vocab_size={config.vocab_size}"
+        )
+    if problems:
+        raise ValueError(
+            "This model cannot be exported to CTranslate2: " + "; ".join(problems)
+        )
+
+
+def _position_tables(model, parts, max_positions: int):
+    """(source, target) position tables, one row per position from 0."""
+    if model.config.position_encoding == "learned":
+        return (
+            _numpy(parts.source_position.position_embeddings),
+            _numpy(parts.target_position.position_embeddings),
+        )
+    from keras_transformer.layers import sinusoidal_table
+
+    table = np.asarray(
+        sinusoidal_table(np.arange(max_positions), model.config.d_model), np.float32
+    )
+    return table, table
+
+
+def _numpy(variable) -> np.ndarray:
+    from keras import ops
+
+    return np.asarray(ops.convert_to_numpy(variable), np.float32)
+
+
+def _set_linear(spec, dense) -> None:
+    """Keras kernels are (in, out); CTranslate2 stores (out, in)."""
+    spec.weight = np.ascontiguousarray(_numpy(dense.kernel).T)
+    if dense.use_bias:
+        spec.bias = _numpy(dense.bias)
+
+
+def _set_norm(spec, norm) -> None:
+    spec.gamma = _numpy(norm.gamma)
+    spec.beta = _numpy(norm.beta)
+
+
+def _fused(denses) -> tuple[np.ndarray, np.ndarray | None]:
+    weights = [_numpy(d.kernel).T for d in denses]
+    biases = [_numpy(d.bias) for d in denses if d.use_bias]
+    bias = np.concatenate(biases) if len(biases) == len(denses) else None
+    return np.ascontiguousarray(np.concatenate(weights)), bias
+
+
+def _set_fused(spec, denses) -> None:
+    spec.weight, bias = _fused(denses)
+    if bias is not None:
+        spec.bias = bias
+
+
+def _set_self_attention(spec, block) -> None:
+    attention = block.self_attention
+    _set_fused(
+        spec.linear[0],
+        [attention.query_dense, attention.key_dense, attention.value_dense],
+    )
+    _set_linear(spec.linear[1], attention.output_dense)
+    _set_norm(spec.layer_norm, block.self_attention_norm)
+
+
+def _set_cross_attention(spec, block) -> None:
+    attention = block.cross_attention
+    _set_linear(spec.linear[0], attention.query_dense)
+    _set_fused(spec.linear[1], [attention.key_dense, attention.value_dense])
+    _set_linear(spec.linear[2], attention.output_dense)
+    _set_norm(spec.layer_norm, block.cross_attention_norm)
+
+
+def _set_feed_forward(spec, block) -> None:
+    _set_linear(spec.linear_0, block.feed_forward.intermediate_dense)
+    _set_linear(spec.linear_1, block.feed_forward.output_dense)
+    _set_norm(spec.layer_norm, block.feed_forward_norm)
