@@ -329,23 +329,14 @@ def _save_history(history: dict[str, list], run: RunDirectory) -> None:
         run.history_path, json.dumps(history, indent=2) + "\n"
     )
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from keras_transformer.plots import training_curves
     except ImportError:  # Plotting is optional.
         return
-    figure, axis = plt.subplots(figsize=(6, 4))
-    steps = history.get("step") or list(range(1, len(history.get("loss", [])) + 1))
-    for key in ("loss", "val_loss"):
-        if history.get(key):
-            axis.plot(steps, history[key], label=key, marker=".")
-    axis.set_xlabel("step (at the end of each epoch)")
-    axis.set_ylabel("label-smoothed cross-entropy per token")
-    axis.legend()
-    figure.tight_layout()
-    figure.savefig(run.curve_path, dpi=100)
-    plt.close(figure)
+    dev_bleu = None
+    if run.dev_bleu_path.exists():
+        lines = run.dev_bleu_path.read_text(encoding="utf-8").splitlines()
+        dev_bleu = [json.loads(line) for line in lines if line.strip()]
+    training_curves(history, dev_bleu).savefig(run.curve_path, dpi=100)
 
 
 class _Job:

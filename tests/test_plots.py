@@ -1,0 +1,100 @@
+"""Figures: each function draws what it says, from the package's own numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from keras_transformer import masks, plots
+from keras_transformer.layers import sinusoidal_table
+from keras_transformer.schedules import TransformerSchedule
+from tests.helpers import to_numpy
+
+
+def renders(figure: Figure, tmp_path) -> None:
+    assert isinstance(figure, Figure)
+    path = tmp_path / "figure.png"
+    figure.savefig(path)
+    assert path.stat().st_size > 1000
+
+
+def test_positional_encoding_shows_the_sinusoid_table(tmp_path):
+    figure = plots.positional_encoding(length=10, depth=16)
+    mesh = figure.axes[0].collections[0]
+    drawn = np.asarray(mesh.get_array()).reshape(16, 10)
+    np.testing.assert_allclose(drawn.T, to_numpy(sinusoidal_table(np.arange(10), 16)))
+    renders(figure, tmp_path)
+
+
+def test_attention_mask_shows_a_causal_mask_with_labels(tmp_path):
+    ids = np.array([[5, 6, 7, 0]])
+    mask = to_numpy(masks.self_attention_mask(ids, causal=True))[0]
+    figure = plots.attention_mask(
+        mask, title="causal", query_labels=list("abcd"), key_labels=list("abcd")
+    )
+    axis = figure.axes[0]
+    np.testing.assert_array_equal(axis.images[0].get_array(), mask)
+    assert [t.get_text() for t in axis.get_xticklabels()] == list("abcd")
+    assert mask[0, 1] == 0 and mask[1, 0] == 1  # Never the future.
+    renders(figure, tmp_path)
+
+
+def test_attention_mask_must_be_two_dimensional():
+    with pytest.raises(ValueError, match=r"2-D \(query, key\)"):
+        plots.attention_mask(np.ones((1, 3, 3)), title="x")
+
+
+def test_learning_rate_schedule_peaks_at_warmup(tmp_path):
+    figure = plots.learning_rate_schedule(d_model=64, warmup_steps=50, steps=200)
+    x, y = figure.axes[0].lines[0].get_data()
+    assert x[np.argmax(y)] == 50
+    expected = to_numpy(TransformerSchedule(64, 50)(np.float32(49)))  # 0-based
+    np.testing.assert_allclose(y.max(), expected, rtol=1e-6)
+    np.testing.assert_allclose(y.max(), 64**-0.5 * 50**-0.5, rtol=1e-6)
+    renders(figure, tmp_path)
+
+
+def test_token_lengths_counts_every_sentence(tmp_path):
+    figure = plots.token_lengths([3, 4, 4, 9], [5, 5, 6, 12, 12])
+    counts = [sum(p.get_height() for p in c) for c in figure.axes[0].containers]
+    assert counts == [4, 5]
+    renders(figure, tmp_path)
+
+
+def test_attention_heads_draws_every_layer_and_head(tmp_path):
+    rng = np.random.default_rng(0)
+    layers = [rng.random((4, 3, 5)) for _ in range(2)]
+    figure = plots.attention_heads(
+        layers, query_tokens=list("abc"), key_tokens=list("vwxyz"), title="cross"
+    )
+    assert len(figure.axes) == 8
+    last = figure.axes[-1]
+    assert last.get_title() == "layer 2, head 4"
+    np.testing.assert_allclose(last.images[0].get_array(), layers[1][3])
+    renders(figure, tmp_path)
+
+
+def test_attention_heads_refuses_a_bad_shape():
+    with pytest.raises(ValueError, match="heads, query, key"):
+        plots.attention_heads(
+            [np.ones((3, 3))], query_tokens=[], key_tokens=[], title=""
+        )
+
+
+def test_training_curves_plot_loss_and_dev_bleu(tmp_path):
+    history = {"step": [10, 20, 30], "loss": [5.0, 4.0, 3.0], "val_loss": [5.5, 4.5]}
+    bleu = [{"step": 20, "dev_bleu": 12.5}, {"step": 30, "dev_bleu": 20.0}]
+    figure = plots.training_curves(history, bleu)
+    loss_axis, bleu_axis = figure.axes
+    assert [line.get_label() for line in loss_axis.lines] == ["loss", "val_loss"]
+    np.testing.assert_array_equal(loss_axis.lines[1].get_xdata(), [10, 20])
+    np.testing.assert_array_equal(bleu_axis.lines[0].get_ydata(), [12.5, 20.0])
+    renders(figure, tmp_path)
+
+
+def test_bar_chart_labels_each_value(tmp_path):
+    figure = plots.bar_chart({"base": 30.25, "h=1": 28.0}, ylabel="BLEU", title="t")
+    labels = [t.get_text() for t in figure.axes[0].texts]
+    assert labels == ["30.2", "28.0"]
+    renders(figure, tmp_path)
