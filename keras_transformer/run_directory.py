@@ -153,6 +153,25 @@ class RunDirectory:
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2) + "\n")
         return run_id
 
+    def save_model(self, model, tokenizer) -> None:
+        """Write a model trained outside `train` (your own `model.fit`) and its
+        tokenizer as this run's final model, so `translate`, `evaluate` and
+        `export` take the directory. Refuses to replace an existing one."""
+        for path in (self.model_path, self.config_path, self.tokenizer_dir):
+            if path.exists():
+                raise FileExistsError(
+                    f"{path} already exists; save into a new run directory."
+                )
+        if tokenizer.vocab_size != model.config.vocab_size:
+            raise ValueError(
+                f"The tokenizer has {tokenizer.vocab_size} pieces but the model's "
+                f"vocab_size is {model.config.vocab_size}."
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+        model.config.to_json(self.config_path)
+        tokenizer.save(self.tokenizer_dir)
+        model.save(self.model_path)
+
     # Reading a run, for translate / evaluate / average / export.
     def load_config(self) -> TransformerConfig:
         return TransformerConfig.from_json(self.config_path)

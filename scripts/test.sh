@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff format --check keras_transformer tests scripts benchmarks
 logs=$(mktemp -d)
 for backend in tensorflow jax; do
-  KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider \
+  KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 \
     --basetemp "$logs/tmp-$backend" "$@" > "$logs/$backend.log" 2>&1 &
   echo $! > "$logs/$backend.pid"
 done
