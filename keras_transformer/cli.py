@@ -350,7 +350,7 @@ def _export(args: argparse.Namespace) -> int:
             args.run_dir,
             args.out,
             quantization=args.quantization,
-            max_positions=args.max_positions,
+            max_positions=args.max_positions or DEFAULT_MAX_POSITIONS,
             **settings,
         )
         print(
@@ -359,9 +359,9 @@ def _export(args: argparse.Namespace) -> int:
         return 0
     for flag, value in (
         ("--quantization", args.quantization),
-        ("--max-positions", args.max_positions != DEFAULT_MAX_POSITIONS),
+        ("--max-positions", args.max_positions),
     ):
-        if value:
+        if value is not None:
             raise ValueError(f"{flag} applies to --format ctranslate2 only.")
     from keras_transformer.export import export_translator
 
@@ -446,7 +446,6 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--max-positions",
         type=_at_least(1),
-        default=DEFAULT_MAX_POSITIONS,
         help="CTranslate2: rows of the sinusoidal position table, the longest "
         f"source or output it can encode (default: {DEFAULT_MAX_POSITIONS})",
     )

@@ -315,17 +315,13 @@ def _set_norm(spec, norm) -> None:
     spec.beta = _numpy(norm.beta)
 
 
-def _fused(denses) -> tuple[np.ndarray, np.ndarray | None]:
-    weights = [_numpy(d.kernel).T for d in denses]
-    biases = [_numpy(d.bias) for d in denses if d.use_bias]
-    bias = np.concatenate(biases) if len(biases) == len(denses) else None
-    return np.ascontiguousarray(np.concatenate(weights)), bias
-
-
 def _set_fused(spec, denses) -> None:
-    spec.weight, bias = _fused(denses)
-    if bias is not None:
-        spec.bias = bias
+    """Several projections of one input as one CTranslate2 linear (rows stacked)."""
+    spec.weight = np.ascontiguousarray(
+        np.concatenate([_numpy(d.kernel).T for d in denses])
+    )
+    if all(d.use_bias for d in denses):
+        spec.bias = np.concatenate([_numpy(d.bias) for d in denses])
 
 
 def _set_self_attention(spec, block) -> None:
