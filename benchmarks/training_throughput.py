@@ -1,31 +1,58 @@
-"""Training throughput: our Transformer vs the same sizes built from keras-hub.
+"""Training speed: ours vs the keras-hub assembly, MFU, padding, memory.
 
-Prints a table of target tokens per second (median of 3 timing windows) for
-fixed batches of 64 sentences x 32 tokens, both models side by side in one
-process, on the backend chosen by KERAS_BACKEND. Sizes: the `small` preset
-(d_model 256, 3 + 3 layers, 4 heads, d_ff 1024, shared vocabulary 8,000),
-the configuration of shared/docs/measured-peers.md.
+One command for both backends; each backend is measured in its own process
+(a child of this one), and within it, for the `tiny`, `small` and `base`
+sizes, our model and the same sizes assembled from keras-hub layers train
+on the same fixed batch with their timing windows alternated. Printed per
+backend and size:
 
-    KERAS_BACKEND=tensorflow python benchmarks/training_throughput.py
-    KERAS_BACKEND=jax python benchmarks/training_throughput.py
+- target tokens per second (median over the windows), ours and keras-hub,
+  and their ratio;
+- MFU: model matmul FLOPs per step (formula in `_common.training_flops`)
+  x steps per second / the best dense float32 matmul rate measured in the
+  same process on the same backend (so "peak" is what this CPU reaches,
+  not a datasheet figure);
+- the process's peak resident memory.
+
+Ours is compiled exactly as `keras-transformer train` compiles it
+(`training.compile_model`: with its three per-token metrics); keras-hub
+gets the same optimizer and loss, no metrics, Keras's default compile.
+
+It also reports the share of real tokens in the batches the real pipeline
+builds (token budget 2,048, default buckets) on Multi30k when `--multi30k
+DIR` is given, else on the built-in corpus.
+
+    python benchmarks/training_throughput.py --multi30k ../shared/data/multi30k
+    python benchmarks/training_throughput.py --backends jax --sizes small --write
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
-import keras
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.losses import LabelSmoothedCrossEntropy
-from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
+from _common import machine_line, peak_rss_mb, training_flops, write_section  # noqa: E402
+
+# (batch rows, length, windows, steps per window) per size: `base` is slow
+# on 2 cores, so it gets a smaller batch and fewer steps.
+SHAPES = {
+    "tiny": (64, 32, 5, 10),
+    "small": (64, 32, 5, 4),
+    "base": (32, 32, 3, 1),
+}
 
 
-def keras_hub_model(config: TransformerConfig) -> keras.Model:
+def keras_hub_model(config):
     """The peer assembly: keras-hub blocks with a tied embedding."""
+    import keras
     import keras_hub
 
     source = keras.Input((None,), dtype="int32", name="source_ids")
@@ -52,50 +79,210 @@ def keras_hub_model(config: TransformerConfig) -> keras.Model:
     return keras.Model({"source_ids": source, "target_ids": target}, logits)
 
 
-def measure(model, config, batch, *, windows: int, steps: int) -> float:
-    model.compile(
-        optimizer=transformer_optimizer(TransformerSchedule(config.d_model, 400)),
-        loss=LabelSmoothedCrossEntropy(0.1),
+def matmul_peak_gflops(repeats: int = 5) -> float:
+    """Best float32 GFLOP/s of a compiled dense matmul on this backend,
+    over shapes like the model's (rows = tokens of a batch)."""
+    import keras
+    import numpy as np
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        fns = [tf.function(tf.matmul), tf.function(tf.matmul, jit_compile=True)]
+    else:
+        import jax
+        import jax.numpy as jnp
+
+        fns = [jax.jit(jnp.matmul)]
+    best = 0.0
+    for m, k, n in ((2048, 256, 1024), (2048, 1024, 256), (2048, 512, 2048)):
+        a = keras.ops.convert_to_tensor(np.random.rand(m, k).astype("float32"))
+        b = keras.ops.convert_to_tensor(np.random.rand(k, n).astype("float32"))
+        for fn in fns:
+            np.asarray(fn(a, b))  # compile
+            for _ in range(repeats):
+                start = time.perf_counter()
+                for _ in range(10):
+                    out = fn(a, b)
+                np.asarray(out)
+                seconds = (time.perf_counter() - start) / 10
+                best = max(best, 2 * m * k * n / seconds / 1e9)
+    return best
+
+
+def _contenders(size: str, vocab_size: int):
+    import keras
+
+    from keras_transformer import TransformerConfig, build_transformer, training
+    from keras_transformer.losses import LabelSmoothedCrossEntropy
+    from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
+
+    config = TransformerConfig.preset(size, vocab_size=vocab_size)
+    keras.utils.set_random_seed(0)
+    ours = build_transformer(config)
+    training.compile_model(ours, config, training.TrainOptions())
+    keras.utils.set_random_seed(0)
+    hub = keras_hub_model(config)
+    hub.compile(
+        optimizer=transformer_optimizer(TransformerSchedule(config.d_model, 4000)),
+        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
     )
-    inputs, labels = batch
-    for _ in range(3):  # compile and warm up
-        model.train_on_batch(inputs, labels)
-    tokens = int(np.sum(labels != 0))
-    rates = []
-    for _ in range(windows):
+    return config, {"ours": ours, "keras-hub": hub}
+
+
+def measure_size(size: str, vocab_size: int) -> dict:
+    import numpy as np
+
+    rows, length, windows, steps = SHAPES[size]
+    rng = np.random.default_rng(0)
+    ids = rng.integers(4, vocab_size, (rows, length), np.int32)
+    inputs = {"source_ids": ids, "target_ids": ids}
+    config, models = _contenders(size, vocab_size)
+
+    def window(model) -> float:
+        # train_on_batch, not one `fit` per window: each `fit` call has a
+        # fixed start-up cost (seconds on TensorFlow) that a real run pays
+        # once per epoch, not once per few steps.
         start = time.perf_counter()
         for _ in range(steps):
-            model.train_on_batch(inputs, labels)
-        rates.append(tokens * steps / (time.perf_counter() - start))
-    return statistics.median(rates)
+            model.train_on_batch(inputs, ids)
+        return time.perf_counter() - start
+
+    for model in models.values():
+        window(model)  # compile and warm up
+    seconds = {name: [] for name in models}
+    for _ in range(windows):  # alternate, so load changes hit both alike
+        for name, model in models.items():
+            seconds[name].append(window(model))
+    tokens = rows * length * steps
+    rates = {name: tokens / statistics.median(s) for name, s in seconds.items()}
+    flops_per_token = training_flops(config, rows, length, length) / (rows * length)
+    return {
+        "size": size,
+        "batch": f"{rows} x {length}",
+        "params": {name: m.count_params() for name, m in models.items()},
+        "rates": rates,
+        "flops_per_token": flops_per_token,
+    }
+
+
+def child(sizes: list[str], vocab_size: int) -> dict:
+    import keras
+
+    peak = matmul_peak_gflops()
+    results = [measure_size(size, vocab_size) for size in sizes]
+    return {
+        "backend": keras.backend.backend(),
+        "matmul_peak_gflops": peak,
+        "sizes": results,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def padding_share(multi30k: str | None) -> dict:
+    """Real / padded target (and source) tokens over one epoch of the real
+    pipeline's batches."""
+    import numpy as np
+
+    from keras_transformer import training
+    from keras_transformer.data.datasets import DatasetSpec
+
+    spec = DatasetSpec("multi30k", data_dir=multi30k) if multi30k else DatasetSpec()
+    options = training.TrainOptions(data=spec, vocab_size=8000)
+    splits = training.load_splits(options)
+    tokenizer = training.prepare_tokenizer(options, splits)
+    data = training.prepare_batches(options, splits, tokenizer).train
+    real = padded = real_source = padded_source = 0
+    for index in range(len(data)):
+        inputs, labels, _ = data[index]
+        if labels.size == 0:
+            continue
+        real += int(np.count_nonzero(labels))
+        padded += labels.size
+        real_source += int(np.count_nonzero(inputs["source_ids"]))
+        padded_source += inputs["source_ids"].size
+    return {
+        "corpus": "Multi30k train" if multi30k else "built-in corpus",
+        "batches": len(data),
+        "shapes": len(data.shapes()),
+        "target": real / padded,
+        "source": real_source / padded_source,
+    }
+
+
+def table(results: list[dict]) -> str:
+    lines = [
+        "| backend | size | batch | ours tok/s | keras-hub tok/s | ratio "
+        "| GFLOP/token | ours GFLOP/s | matmul peak GFLOP/s | MFU ours "
+        "| MFU keras-hub | peak RSS |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for result in results:
+        peak = result["matmul_peak_gflops"]
+        for size in result["sizes"]:
+            ours, hub = size["rates"]["ours"], size["rates"]["keras-hub"]
+            gflop = size["flops_per_token"] / 1e9
+            lines.append(
+                f"| {result['backend']} | {size['size']} | {size['batch']} "
+                f"| {ours:,.0f} | {hub:,.0f} | {ours / hub:.2f} | {gflop:.3f} "
+                f"| {ours * gflop:,.0f} | {peak:,.0f} | {ours * gflop / peak:.0%} "
+                f"| {hub * gflop / peak:.0%} | {result['peak_rss_mb']:,.0f} MB |"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--length", type=int, default=32)
-    parser.add_argument("--windows", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--backends", default="tensorflow,jax")
+    parser.add_argument("--sizes", default="tiny,small,base")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--multi30k", help="Multi30k directory, for the padding")
+    parser.add_argument("--write", action="store_true", help="update the docs")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    config = TransformerConfig.preset("small")
-    rng = np.random.default_rng(0)
-    ids = rng.integers(4, config.vocab_size, (args.batch, args.length), np.int32)
-    batch = ({"source_ids": ids, "target_ids": ids}, ids)
-    rows = []
-    for name, make in (
-        ("keras-transformer (ours)", lambda: build_transformer(config)),
-        ("keras-hub layers", lambda: keras_hub_model(config)),
-    ):
-        keras.utils.set_random_seed(0)
-        model = make()
-        rate = measure(model, config, batch, windows=args.windows, steps=args.steps)
-        rows.append((name, model.count_params(), rate))
-    backend = keras.backend.backend()
-    print(f"\nbackend {backend}, batch {args.batch} x {args.length}, small sizes")
-    print("| implementation | parameters | target tokens/s | ratio to keras-hub |")
-    print("| --- | --- | --- | --- |")
-    for name, params, rate in rows:
-        print(f"| {name} | {params:,} | {rate:,.0f} | {rate / rows[1][2]:.2f} |")
+    sizes = args.sizes.split(",")
+    unknown = set(sizes) - set(SHAPES)
+    if unknown:
+        parser.error(f"--sizes: unknown {sorted(unknown)}; expected {list(SHAPES)}")
+    if args.child:
+        print("RESULT " + json.dumps(child(sizes, args.vocab_size)), flush=True)
+        return
+    results = []
+    for backend in args.backends.split(","):
+        env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        command = [sys.executable, __file__, "--child", "--sizes", args.sizes]
+        command += ["--vocab-size", str(args.vocab_size)]
+        out = subprocess.run(
+            command, env=env, capture_output=True, text=True, check=False
+        )
+        lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+        if out.returncode or not lines:
+            sys.exit(f"{backend} run failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+        results.append(json.loads(lines[-1][len("RESULT ") :]))
+        print(table(results[-1:]), flush=True)
+    padding = padding_share(args.multi30k)
+    text = (
+        "`python benchmarks/training_throughput.py"
+        + (f" --multi30k {args.multi30k}" if args.multi30k else "")
+        + f"` on {machine_line()}.\n\n"
+        "Fixed random batches (no padding), vocabulary "
+        f"{args.vocab_size:,}, dropout 0.1, label-smoothed loss, Adam with the "
+        "warmup schedule; median of alternating windows after a compiling "
+        "window. MFU = matmul FLOPs per token (formula in "
+        "`benchmarks/_common.py`: encoder, decoder, attention and output "
+        "projection, x3 for forward and backward) x tokens/s / the best "
+        "float32 matmul rate measured in the same process.\n\n"
+        + table(results)
+        + f"\n\nPadding in the real pipeline's batches ({padding['corpus']}, "
+        f"2,048 target tokens per batch, {padding['batches']} batches of "
+        f"{padding['shapes']} shapes): real tokens are {padding['target']:.1%} "
+        f"of the padded target tokens and {padding['source']:.1%} of the "
+        "padded source tokens.\n"
+    )
+    print("\n" + text)
+    if args.write:
+        write_section("Training speed: ours vs keras-hub, MFU, padding", text)
 
 
 if __name__ == "__main__":

@@ -208,7 +208,12 @@ class GracefulInterrupt(keras.callbacks.Callback):
 
 class DevBleu(keras.callbacks.Callback):
     """Every `every` updates, translate a small fixed dev subset, log its
-    sacreBLEU, and print a few sample translations."""
+    sacreBLEU, and print a few sample translations.
+
+    Each entry also records `train_seconds`: wall-clock time since this
+    callback's first `fit` began, less the time spent in these evaluations
+    (time to quality), and `eval_seconds`, the evaluation's own time.
+    """
 
     def __init__(
         self,
@@ -230,6 +235,12 @@ class DevBleu(keras.callbacks.Callback):
         self.samples = samples
         self.log_path = None if log_path is None else Path(log_path)
         self.history: list[dict] = []
+        self._started: float | None = None
+        self._evaluating = 0.0
+
+    def on_train_begin(self, logs=None):
+        if self._started is None:
+            self._started = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
         if self._every.due(self.clock):
@@ -240,14 +251,20 @@ class DevBleu(keras.callbacks.Callback):
 
         # Reading `self.model` syncs the trained weights back into the
         # variables on JAX, which fit otherwise does only per epoch.
+        began = time.monotonic()
         self.model.trainable_variables  # noqa: B018
         hypotheses = self.translate(self.sources)
         result = corpus_scores(hypotheses, self.references)
+        seconds = time.monotonic() - began
+        started = began if self._started is None else self._started
         entry = {
             "step": self.clock.step,
             "dev_bleu": result.bleu,
             "dev_chrf": result.chrf,
+            "train_seconds": round(began - started - self._evaluating, 2),
+            "eval_seconds": round(seconds, 2),
         }
+        self._evaluating += seconds
         self.history.append(entry)
         print(f"\n[step {self.clock.step}] dev subset: {result}")
         for source, hypothesis, reference in list(

@@ -474,6 +474,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:  # `keras-transformer` alone trains the default.
         args = parser.parse_args(["train", *(argv or [])])
     try:
+        if args.command in ("train", "translate", "evaluate"):
+            from keras_transformer.compile import enable_compilation_cache
+
+            enable_compilation_cache()
         return _COMMANDS[args.command](args)
     except (ValueError, OSError, RuntimeError, ImportError) as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)

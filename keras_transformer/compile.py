@@ -10,9 +10,14 @@ Other backends run the function as it is.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import keras
+
+# Programs that took less than this to compile are not worth a disk read.
+_CACHE_MIN_COMPILE_SECONDS = 0.5
 
 
 def compile_function(fn: Callable, model: keras.Model) -> Callable:
@@ -37,3 +42,34 @@ def compile_function(fn: Callable, model: keras.Model) -> Callable:
         compiled = jax.jit(stateless)
         return lambda *args: compiled([v.value for v in variables], *args)
     return fn
+
+
+def enable_compilation_cache(directory: str | os.PathLike | None = None):
+    """On JAX, keep compiled programs on disk so later runs skip compiling.
+
+    The directory is `directory`, else `$KERAS_TRANSFORMER_CACHE/jax`, else
+    `~/.cache/keras_transformer/jax` (beside the Multi30k download cache). A
+    cache the user configured for JAX (`JAX_COMPILATION_CACHE_DIR`) is left
+    as it is. TensorFlow has no such cache for XLA programs, so there this
+    does nothing.
+
+    Returns:
+        The cache directory in use, or None on other backends.
+    """
+    if keras.backend.backend() != "jax":
+        return None
+    import jax  # noqa: TID251 - the JAX compiler itself
+
+    configured = jax.config.jax_compilation_cache_dir
+    if configured:
+        return Path(configured)
+    if directory is None:
+        root = os.environ.get("KERAS_TRANSFORMER_CACHE")
+        root = Path(root) if root else Path.home() / ".cache" / "keras_transformer"
+        directory = root / "jax"
+    directory = Path(directory)
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update(
+        "jax_persistent_cache_min_compile_time_secs", _CACHE_MIN_COMPILE_SECONDS
+    )
+    return directory

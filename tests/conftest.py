@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import keras
 import pytest
 
@@ -28,3 +30,10 @@ def pytest_configure(config):
         "ignore:__array__ implementation doesn't accept a copy keyword"
         ":DeprecationWarning",
     )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _compilation_cache(tmp_path_factory):
+    """The CLI's JAX compilation cache goes to the session's temporary
+    directory (shared by the CLI subprocesses), never to the user's home."""
+    os.environ["KERAS_TRANSFORMER_CACHE"] = str(tmp_path_factory.mktemp("cache"))

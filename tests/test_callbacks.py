@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import time
 
 import keras
 import numpy as np
 import pytest
 
 from keras_transformer.callbacks import (
+    DevBleu,
     GracefulInterrupt,
     StepCheckpoints,
     StopOnNonFiniteLoss,
@@ -229,3 +232,32 @@ def test_signal_finishes_the_update_saves_and_stops(signum):
     assert saved == [3]
     assert clock.batches == 6 and iterations(model) == 3
     assert signal.getsignal(signum) == previous
+
+
+def test_dev_bleu_logs_scores_and_training_time_without_evaluations(tmp_path):
+    references = ["a b c d", "e f g h"]
+    hypotheses = iter([["a b c d", "x y z w"], ["a b c d", "e f g h"]])
+    evaluation_pause = 0.3
+
+    def translate(sources):
+        assert sources == ["s1", "s2"]
+        time.sleep(evaluation_pause)
+        return next(hypotheses)
+
+    clock = UpdateClock()
+    log = tmp_path / "dev_bleu.jsonl"
+    dev_bleu = DevBleu(
+        clock, translate, ["s1", "s2"], references, every=2, log_path=log
+    )
+    model = tiny_model()
+    started = time.monotonic()
+    model.fit(*data(4), batch_size=1, epochs=1, verbose=0, callbacks=[clock, dev_bleu])
+    wall = time.monotonic() - started
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["step"] for e in entries] == [2, 4]
+    assert entries[0]["dev_bleu"] < entries[1]["dev_bleu"] == pytest.approx(100.0)
+    assert all(e["eval_seconds"] >= evaluation_pause for e in entries)
+    # The second entry's training time leaves out the first evaluation.
+    assert 0 <= entries[0]["train_seconds"] <= entries[1]["train_seconds"]
+    assert entries[1]["train_seconds"] <= wall - 2 * evaluation_pause + 0.01
+    assert dev_bleu.history == entries

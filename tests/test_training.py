@@ -90,6 +90,19 @@ def test_run_directory_contents(reference):
     assert run.model_path.exists() and run.config_path.exists()
 
 
+def test_dev_bleu_during_training_logs_scores_and_training_time(tmp_path, corpus_files):
+    run_dir = tmp_path / "run"
+    train(
+        options(run_dir, corpus_files, max_steps=4, eval_every=2, dev_subset=12,
+                checkpoint_every=0)
+    )  # fmt: skip
+    lines = RunDirectory(run_dir).dev_bleu_path.read_text().splitlines()
+    entries = [json.loads(line) for line in lines]
+    assert [e["step"] for e in entries] == [2, 4]
+    assert all(0 <= e["dev_bleu"] <= 100 and e["eval_seconds"] > 0 for e in entries)
+    assert 0 <= entries[0]["train_seconds"] <= entries[1]["train_seconds"]
+
+
 def test_epochs_cross_and_updates_count_with_accumulation(tmp_path, corpus_files):
     result = train(
         options(tmp_path / "run", corpus_files, accumulation_steps=2, max_steps=6,

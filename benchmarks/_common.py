@@ -1,0 +1,102 @@
+"""Shared by the benchmark scripts: machine facts, model FLOPs, the matmul
+peak, peak memory, and writing a section of docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (from /proc/cpuinfo on Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_line() -> str:
+    """CPU, cores, versions and date: the context a table is read in."""
+    versions = ", ".join(
+        f"{name} {_version(name)}"
+        for name in ("keras", "tensorflow", "jax", "keras-hub")
+        if _version(name)
+    )
+    return (
+        f"{cpu_model()}, {os.cpu_count()} cores; Python "
+        f"{sys.version.split()[0]}, {versions}; {time.strftime('%Y-%m-%d')}"
+    )
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform != "darwin" else peak / 2**20
+
+
+def training_flops(config, batch: int, source_length: int, target_length: int):
+    """Matmul FLOPs of one training step (forward + backward) for a batch.
+
+    2 FLOPs per multiply-add; backward = 2x forward, so training = 3x
+    forward. Counted, with d = d_model, f = d_ff, V = vocabulary, S and T
+    the padded source and target lengths, per sequence:
+
+    - encoder layer: S (8 d^2 [Q, K, V, O] + 4 d f [FFN] + 4 S d [scores,
+      context]);
+    - decoder layer: T (8 d^2 + 4 T d) self-attention (the full T x T
+      product, as computed), cross-attention T (4 d^2 [Q, O] + 4 S d) +
+      S 4 d^2 [K, V of the memory], and T 4 d f [FFN];
+    - output projection: T 2 d V.
+
+    Not counted: embeddings lookups, layer norms, softmaxes, dropout, the
+    optimizer. So MFU is the share of time spent on the model's necessary
+    matmuls; everything else lowers it.
+    """
+    d, f = config.d_model, config.d_ff
+    vocab = config.target_vocab_size or config.vocab_size
+    s, t = source_length, target_length
+    encoder = s * (8 * d * d + 4 * d * f + 4 * s * d)
+    decoder = t * (8 * d * d + 4 * t * d + 4 * d * d + 4 * s * d + 4 * d * f)
+    decoder += s * 4 * d * d
+    forward = (
+        config.num_encoder_layers * encoder
+        + config.num_decoder_layers * decoder
+        + t * 2 * d * vocab
+    )
+    return 3 * forward * batch
+
+
+def write_section(heading: str, text: str) -> None:
+    """Replace (or append) the `### heading` section of docs/benchmarks.md."""
+    heading = f"### {heading}"
+    section = heading + "\n\n" + text.strip() + "\n"
+    content = DOCS.read_text(encoding="utf-8") if DOCS.exists() else "# Benchmarks\n"
+    start = content.find(heading + "\n")
+    if start < 0:
+        content = content.rstrip("\n") + "\n\n" + section
+    else:
+        ends = [
+            e
+            for e in (content.find(m, start + 1) for m in ("\n### ", "\n## "))
+            if e >= 0
+        ]
+        end = min(ends) + 1 if ends else len(content)
+        content = content[:start] + section + ("\n" if ends else "") + content[end:]
+    DOCS.write_text(content, encoding="utf-8")

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One GPU, both backends: `base` in bfloat16 with XLA at ~25,000 target tokens
+# per step (training step time, tok/s, MFU vs the bf16 dense peak) and cached
+# beam-4 decoding (sentences/s). For a GPU machine only (see DEVELOPERS.md);
+# CI never runs it. Extra arguments go to benchmarks/gpu_benchmark.py.
+#   bash benchmarks/gpu.sh [--peak-tflops 989] [--tokens-per-step 25000]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+# JAX: let XLA take most of the GPU memory up front; TF: grow as needed.
+export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}
+export TF_FORCE_GPU_ALLOW_GROWTH=true
+status=0
+for backend in jax tensorflow; do
+  echo "=== KERAS_BACKEND=$backend ==="
+  KERAS_BACKEND=$backend "$PYTHON" benchmarks/gpu_benchmark.py "$@" || status=1
+done
+exit $status
