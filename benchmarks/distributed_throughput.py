@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -40,7 +41,9 @@ from keras_transformer import training  # noqa: E402
 from keras_transformer.data.datasets import DatasetSpec  # noqa: E402
 from keras_transformer.data.pipeline import DataPosition  # noqa: E402
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import write_section  # noqa: E402
 
 
 def contenders(args):
@@ -133,18 +136,6 @@ def table(runs) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    backend = keras.backend.backend()
-    heading = f"### Devices and precision, backend {backend}"
-    content = DOCS.read_text(encoding="utf-8") if DOCS.exists() else "# Benchmarks\n"
-    start = content.find(heading)
-    if start >= 0:
-        end = content.find("\n### ", start + len(heading))
-        end = len(content) if end < 0 else end + 1
-        content = content[:start] + content[end:]
-    DOCS.write_text(content.rstrip("\n") + "\n\n" + heading + "\n\n" + text + "\n")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=4000)
@@ -164,7 +155,7 @@ def main() -> None:
     )
     print(text)
     if args.write:
-        write_section(text)
+        write_section(f"Devices and precision, backend {keras.backend.backend()}", text)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,8 @@ def train_command(args, backend: str, run_dir: Path) -> list[str]:
         str(args.dev_subset),
         "--checkpoint-every",
         "0",
+        "--beam-size",  # the closing test-set score: greedy, quick
+        "1",
         "--verbose",
         "0",
         "--run-dir",
@@ -76,9 +78,12 @@ def run_backend(args, backend: str, work: Path) -> list[dict]:
     command = train_command(args, backend, run_dir)
     print(f"[{backend}] {' '.join(command[2:])}", flush=True)
     result = subprocess.run(command, env=env, capture_output=True, text=True)
+    if result.returncode:
+        sys.exit(f"{backend}: training failed.\n{result.stdout[-3000:]}")
     log = run_dir / "dev_bleu.jsonl"
-    if not log.exists():
-        sys.exit(f"{backend}: no dev BLEU log.\n{result.stdout[-3000:]}")
+    if not log.exists():  # Stopped before the first evaluation.
+        print(f"[{backend}] no evaluation within --max-minutes", flush=True)
+        return []
     return [json.loads(line) for line in log.read_text().splitlines() if line]
 
 
@@ -110,7 +115,8 @@ def main() -> None:
             for entry in entries:
                 print(
                     f"  step {entry['step']:>5}  {entry['train_seconds']:>7.0f} s  "
-                    f"dev BLEU {entry['dev_bleu']:5.1f}",
+                    f"dev BLEU {entry['dev_bleu']:5.1f}  "
+                    f"(evaluation {entry['eval_seconds']:.1f} s)",
                     flush=True,
                 )
             hit = time_to(entries, args.target_bleu)

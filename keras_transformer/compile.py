@@ -44,7 +44,9 @@ def compile_function(fn: Callable, model: keras.Model) -> Callable:
     return fn
 
 
-def enable_compilation_cache(directory: str | os.PathLike | None = None):
+def enable_compilation_cache(
+    directory: str | os.PathLike | None = None,
+) -> Path | None:
     """On JAX, keep compiled programs on disk so later runs skip compiling.
 
     The directory is `directory`, else `$KERAS_TRANSFORMER_CACHE/jax`, else
