@@ -51,6 +51,43 @@ def peak_rss_mb() -> float:
     return peak / 1024 if sys.platform != "darwin" else peak / 2**20
 
 
+def best_matmul_flops(shapes, dtype: str = "float32", repeats: int = 3) -> float:
+    """Best dense matmul rate (FLOP/s) measured on this backend and dtype.
+
+    `shapes` are (m, k, n) triples. Each is timed through every compiler
+    the backend trains with (XLA; on TensorFlow also plain `tf.function`,
+    its default on CPU), 10 products per timing, best of `repeats`.
+    """
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        compiled = [tf.function(tf.matmul), tf.function(tf.matmul, jit_compile=True)]
+    else:
+        import jax
+
+        compiled = [jax.jit(keras.ops.matmul)]
+
+    def wait(tensor):  # a float32 scalar to the host: the product is done
+        keras.ops.convert_to_numpy(keras.ops.sum(keras.ops.cast(tensor, "float32")))
+
+    best = 0.0
+    for m, k, n in shapes:
+        a = keras.random.normal((m, k), dtype=dtype)
+        b = keras.random.normal((k, n), dtype=dtype)
+        for fn in compiled:
+            wait(fn(a, b))  # compile
+            for _ in range(repeats):
+                start = time.perf_counter()
+                for _ in range(10):
+                    out = fn(a, b)
+                wait(out)
+                seconds = (time.perf_counter() - start) / 10
+                best = max(best, 2 * m * k * n / seconds)
+    return best
+
+
 def training_flops(config, batch: int, source_length: int, target_length: int):
     """Matmul FLOPs of one training step (forward + backward) for a batch.
 

@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import peak_rss_mb, training_flops  # noqa: E402
+from _common import best_matmul_flops, peak_rss_mb, training_flops  # noqa: E402
 from decoding_throughput import NoEosModel  # noqa: E402
 
 from keras_transformer import TransformerConfig, training  # noqa: E402
@@ -49,34 +49,6 @@ def accelerator() -> str | None:
     return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
 
 
-def _wait(tensor) -> None:
-    """Block until `tensor` is computed (a float32 scalar to the host)."""
-    keras.ops.convert_to_numpy(keras.ops.sum(keras.ops.cast(tensor, "float32")))
-
-
-def matmul_tflops(dtype: str, size: int = 8192, repeats: int = 10) -> float:
-    """Best measured dense matmul rate in this process (TFLOP/s)."""
-    a = keras.random.normal((size, size), dtype=dtype)
-    b = keras.random.normal((size, size), dtype=dtype)
-    if keras.backend.backend() == "jax":
-        import jax
-
-        fn = jax.jit(keras.ops.matmul)
-    else:
-        import tensorflow as tf
-
-        fn = tf.function(keras.ops.matmul, jit_compile=True)
-    _wait(fn(a, b))
-    best = 0.0
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(repeats):
-            out = fn(a, b)
-        _wait(out)
-        best = max(best, 2 * size**3 * repeats / (time.perf_counter() - start))
-    return best / 1e12
-
-
 def train(args, config) -> dict:
     options = training.TrainOptions(precision=args.precision)
     model = training.build_model(options, config)
@@ -84,13 +56,14 @@ def train(args, config) -> dict:
     training.compile_model(model, config, options, jit_compile=True)
     rows = max(8, args.tokens_per_step // args.length // 8 * 8)
     rng = np.random.default_rng(0)
-    ids = rng.integers(4, config.vocab_size, (rows * args.steps, args.length))
-    ids = ids.astype(np.int32)
+    ids = rng.integers(4, config.vocab_size, (rows, args.length)).astype(np.int32)
     inputs = {"source_ids": ids, "target_ids": ids}
 
     def window() -> float:
+        # Per step, as benchmarks/training_throughput.py: no `fit` start-up.
         start = time.perf_counter()
-        model.fit(inputs, ids, batch_size=rows, verbose=0, shuffle=False)
+        for _ in range(args.steps):
+            model.train_on_batch(inputs, ids)
         return (time.perf_counter() - start) / args.steps
 
     window()  # compile
@@ -105,13 +78,14 @@ def decode(args, config) -> float:
     with training._dtype_policy(args.precision):
         model = NoEosModel(training.build_model(training.TrainOptions(), config))
     rng = np.random.default_rng(1)
-    source = rng.integers(4, config.vocab_size, (args.decode_batch, args.length))
+    shape = (args.decode_batch, args.length)
+    source = rng.integers(4, config.vocab_size, shape).astype(np.int32)
     generator = SequenceGenerator(model, beam_size=4, max_extra_length=args.length)
-    generator(source.astype(np.int32))  # compile
+    generator(source)  # compile
     times = []
     for _ in range(3):
         start = time.perf_counter()
-        generator(source.astype(np.int32))
+        generator(source)
         times.append(time.perf_counter() - start)
     return args.decode_batch / statistics.median(times)
 
@@ -142,7 +116,8 @@ def main() -> None:
     rate = result["tokens"] / result["step"]
     achieved = result["flops"] / result["step"] / 1e12
     dtype = "bfloat16" if "bfloat16" in args.precision else "float32"
-    measured = matmul_tflops(dtype, args.matmul_size)
+    size = args.matmul_size
+    measured = best_matmul_flops([(size, size, size)], dtype) / 1e12
     sentences = decode(args, config)
     print(
         f"\nbackend {keras.backend.backend()}, device {device or 'CPU'}, "

@@ -29,14 +29,7 @@ import time
 import keras
 import numpy as np
 
-from keras_transformer import TransformerConfig, build_transformer
-from keras_transformer.losses import LabelSmoothedCrossEntropy
-from keras_transformer.metrics import (
-    MaskedTokenAccuracy,
-    TokenCrossEntropy,
-    TokenPerplexity,
-)
-from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
+from keras_transformer import TransformerConfig, build_transformer, training
 
 
 def variants(size: str, vocab_size: int) -> dict:
@@ -60,19 +53,14 @@ def variants(size: str, vocab_size: int) -> dict:
 def build(config, settings):
     keras.utils.set_random_seed(0)
     model = build_transformer(config)
-    schedule = TransformerSchedule(config.d_model, config.warmup_steps)
-    metrics = [
-        TokenCrossEntropy(config.label_smoothing),
-        TokenPerplexity(),
-        MaskedTokenAccuracy(),
-    ]
-    model.compile(
-        optimizer=transformer_optimizer(schedule),
-        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
-        metrics=metrics if settings.get("metrics", True) else None,
-        jit_compile=settings.get("jit_compile", "auto"),
-        steps_per_execution=settings.get("steps_per_execution", 1),
-    )
+    compile_options = {
+        key: settings[key]
+        for key in ("jit_compile", "steps_per_execution")
+        if key in settings
+    }
+    if not settings.get("metrics", True):
+        compile_options["metrics"] = None
+    training.compile_model(model, config, training.TrainOptions(), **compile_options)
     return model
 
 

@@ -39,7 +39,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine_line, peak_rss_mb, training_flops, write_section  # noqa: E402
+from _common import (  # noqa: E402
+    best_matmul_flops,
+    machine_line,
+    peak_rss_mb,
+    training_flops,
+    write_section,
+)
+
+# Matmul shapes like the model's (rows = the tokens of a batch).
+MATMUL_SHAPES = ((2048, 256, 1024), (2048, 1024, 256), (2048, 512, 2048))
 
 # (batch rows, length, windows, steps per window) per size: `base` is slow
 # on 2 cores, so it gets a smaller batch and fewer steps.
@@ -79,55 +88,20 @@ def keras_hub_model(config):
     return keras.Model({"source_ids": source, "target_ids": target}, logits)
 
 
-def matmul_peak_gflops(repeats: int = 5) -> float:
-    """Best float32 GFLOP/s of a compiled dense matmul on this backend,
-    over shapes like the model's (rows = tokens of a batch)."""
-    import keras
-    import numpy as np
-
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        fns = [tf.function(tf.matmul), tf.function(tf.matmul, jit_compile=True)]
-    else:
-        import jax
-        import jax.numpy as jnp
-
-        fns = [jax.jit(jnp.matmul)]
-    best = 0.0
-    for m, k, n in ((2048, 256, 1024), (2048, 1024, 256), (2048, 512, 2048)):
-        a = keras.ops.convert_to_tensor(np.random.rand(m, k).astype("float32"))
-        b = keras.ops.convert_to_tensor(np.random.rand(k, n).astype("float32"))
-        for fn in fns:
-            np.asarray(fn(a, b))  # compile
-            for _ in range(repeats):
-                start = time.perf_counter()
-                for _ in range(10):
-                    out = fn(a, b)
-                np.asarray(out)
-                seconds = (time.perf_counter() - start) / 10
-                best = max(best, 2 * m * k * n / seconds / 1e9)
-    return best
-
-
 def _contenders(size: str, vocab_size: int):
     import keras
 
     from keras_transformer import TransformerConfig, build_transformer, training
-    from keras_transformer.losses import LabelSmoothedCrossEntropy
-    from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
 
     config = TransformerConfig.preset(size, vocab_size=vocab_size)
+    options = training.TrainOptions()
     keras.utils.set_random_seed(0)
     ours = build_transformer(config)
-    training.compile_model(ours, config, training.TrainOptions())
+    training.compile_model(ours, config, options)
     keras.utils.set_random_seed(0)
     hub = keras_hub_model(config)
-    hub.compile(
-        optimizer=transformer_optimizer(TransformerSchedule(config.d_model, 4000)),
-        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
-    )
+    # The same optimizer, schedule and loss; no metrics, Keras's defaults.
+    training.compile_model(hub, config, options, metrics=None)
     return config, {"ours": ours, "keras-hub": hub}
 
 
@@ -170,7 +144,7 @@ def measure_size(size: str, vocab_size: int) -> dict:
 def child(sizes: list[str], vocab_size: int) -> dict:
     import keras
 
-    peak = matmul_peak_gflops()
+    peak = best_matmul_flops(MATMUL_SHAPES) / 1e9
     results = [measure_size(size, vocab_size) for size in sizes]
     return {
         "backend": keras.backend.backend(),

@@ -240,21 +240,24 @@ def compile_model(
     """Adam with the warmup schedule, the label-smoothed loss, per-token
     metrics (`loss` is reported per token; see `Transformer`).
 
-    `compile_options` go to `model.compile` as they are (for example
-    `jit_compile=True` for XLA on TensorFlow)."""
+    `compile_options` go to `model.compile` (for example `jit_compile=True`
+    for XLA on TensorFlow, or `metrics=None` for the loss alone)."""
     schedule = TransformerSchedule(
         config.d_model, config.warmup_steps, scale=options.learning_rate_scale
+    )
+    compile_options.setdefault(
+        "metrics",
+        [
+            TokenCrossEntropy(config.label_smoothing),
+            TokenPerplexity(),
+            MaskedTokenAccuracy(),
+        ],
     )
     model.compile(
         optimizer=transformer_optimizer(
             schedule, gradient_accumulation_steps=options.accumulation_steps
         ),
         loss=LabelSmoothedCrossEntropy(config.label_smoothing),
-        metrics=[
-            TokenCrossEntropy(config.label_smoothing),
-            TokenPerplexity(),
-            MaskedTokenAccuracy(),
-        ],
         **compile_options,
     )
 
