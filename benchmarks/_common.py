@@ -137,3 +137,17 @@ def write_section(heading: str, text: str) -> None:
         end = min(ends) + 1 if ends else len(content)
         content = content[:start] + section + ("\n" if ends else "") + content[end:]
     DOCS.write_text(content, encoding="utf-8")
+
+
+def run_child(command: list[str], backend: str) -> dict:
+    """Run a benchmark's child process on `backend`; return the JSON of its
+    last `RESULT {...}` line, or exit with its output when it failed."""
+    import json
+    import subprocess
+
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    if out.returncode or not lines:
+        sys.exit(f"{backend} run failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT ") :])

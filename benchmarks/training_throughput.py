@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,6 +41,7 @@ from _common import (  # noqa: E402
     best_matmul_flops,
     machine_line,
     peak_rss_mb,
+    run_child,
     training_flops,
     write_section,
 )
@@ -224,16 +223,9 @@ def main() -> None:
         return
     results = []
     for backend in args.backends.split(","):
-        env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
         command = [sys.executable, __file__, "--child", "--sizes", args.sizes]
         command += ["--vocab-size", str(args.vocab_size)]
-        out = subprocess.run(
-            command, env=env, capture_output=True, text=True, check=False
-        )
-        lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-        if out.returncode or not lines:
-            sys.exit(f"{backend} run failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
-        results.append(json.loads(lines[-1][len("RESULT ") :]))
+        results.append(run_child(command, backend))
         print(table(results[-1:]), flush=True)
     padding = padding_share(args.multi30k)
     text = (

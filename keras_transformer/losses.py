@@ -15,9 +15,15 @@ def smoothed_token_losses(labels, logits, epsilon: float):
 
     The target distribution puts 1 - epsilon on the label and
     epsilon / (V - 1) on each other class (as tensor2tensor, fairseq and
-    OpenNMT do). With q that distribution and p = softmax(logits):
+    OpenNMT do). With q that distribution, p = softmax(z) and
+    lse = logsumexp(z), so that log p_v = z_v - lse:
     loss = -sum_v q_v log p_v
-         = -(1 - eps) log p_y - eps/(V-1) * (sum_v log p_v - log p_y).
+         = (1 - eps) (lse - z_y) - eps/(V-1) * (sum_v z_v - V lse - z_y + lse).
+
+    Written with lse rather than a (B, T, V) log-softmax: the vocabulary
+    axis is read by one exponential pass and one sum, and the gradient is
+    softmax(z) - q without a second dense pass. This is most of the loss's
+    cost in a training step.
 
     Args:
         labels: (B, T) int ids.
@@ -28,16 +34,18 @@ def smoothed_token_losses(labels, logits, epsilon: float):
         (B, T) float32 losses (pad positions included; mask them yourself).
     """
     logits = ops.cast(logits, "float32")
-    log_probs = ops.log_softmax(logits, axis=-1)
     labels = ops.cast(labels, "int32")
-    label_log_probs = ops.squeeze(
-        ops.take_along_axis(log_probs, labels[..., None], axis=-1), axis=-1
+    log_normalizer = ops.logsumexp(logits, axis=-1)
+    label_logits = ops.squeeze(
+        ops.take_along_axis(logits, labels[..., None], axis=-1), axis=-1
     )
+    label_log_probs = label_logits - log_normalizer
     if epsilon == 0:
         return -label_log_probs
-    vocab_size = ops.shape(logits)[-1]
-    off_value = epsilon / ops.cast(vocab_size - 1, "float32")
-    others = ops.sum(log_probs, axis=-1) - label_log_probs
+    vocab_size = ops.cast(ops.shape(logits)[-1], "float32")
+    off_value = epsilon / (vocab_size - 1.0)
+    all_log_probs = ops.sum(logits, axis=-1) - vocab_size * log_normalizer
+    others = all_log_probs - label_log_probs
     return -(1.0 - epsilon) * label_log_probs - off_value * others
 
 

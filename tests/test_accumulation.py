@@ -107,7 +107,13 @@ def initial_model():
 
 def trained_weights(batches, optimizer, accumulation, weighted=True):
     model = initial_model()
-    model.compile(optimizer=optimizer, loss=LabelSmoothedCrossEntropy(EPSILON))
+    # TensorFlow would trace a graph per batch shape (about 20 s each on
+    # two cores); eager runs the same optimizer code. JAX stays compiled.
+    model.compile(
+        optimizer=optimizer,
+        loss=LabelSmoothedCrossEntropy(EPSILON),
+        run_eagerly=keras.backend.backend() == "tensorflow",
+    )
     tokens = sum(int((labels != PAD_ID).sum()) for _, labels in batches)
     for inputs, labels in batches:
         weights = token_weights(labels, tokens, accumulation) if weighted else None
@@ -136,16 +142,24 @@ def test_accumulated_update_equals_one_batch_of_all_rows(name):
     unweighted = trained_weights(
         [merge(batches)], optimizers(1)[name], 1, weighted=False
     )
-    paths = [w.path for w in initial_model().trainable_weights]
-    for path, a, b, c in zip(paths, accumulated, single, unweighted, strict=True):
-        if name != "sgd" and path.endswith("key_projection/bias"):
-            # Its true gradient is 0 (softmax ignores a shift shared by all
-            # keys); Adam with epsilon 1e-9 turns the rounding noise into
-            # full steps of either sign. SGD checks it.
-            continue
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0, err_msg=path)
-        np.testing.assert_allclose(b, c, atol=1e-6, rtol=0, err_msg=path)
-    initial = [keras.ops.convert_to_numpy(w) for w in initial_model().trainable_weights]
+    model = initial_model()
+    paths = [w.path for w in model.trainable_weights]
+    initial = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+    checked = [np.ones(w.shape, bool) for w in initial]
+    if name != "sgd":
+        # Adam's first update is lr * g / (|g| + 1e-9): where |g| is within
+        # a few orders of epsilon (the key biases' true gradient is 0, as
+        # softmax ignores a shift shared by all keys) it turns rounding noise
+        # into steps of any size. SGD (step -g) checks those elements; Adam
+        # those whose gradient is at least 1000 epsilon.
+        sgd = trained_weights([merge(batches)], optimizers(1)["sgd"], 1)
+        checked = [np.abs(i - s) >= 1e-6 for i, s in zip(initial, sgd)]
+        assert sum(m.sum() for m in checked) > 0.9 * sum(m.size for m in checked)
+    for path, mask, a, b, c in zip(
+        paths, checked, accumulated, single, unweighted, strict=True
+    ):
+        np.testing.assert_allclose(a[mask], b[mask], atol=1e-5, rtol=0, err_msg=path)
+        np.testing.assert_allclose(b[mask], c[mask], atol=1e-6, rtol=0, err_msg=path)
     assert any(not np.allclose(a, i) for a, i in zip(accumulated, initial))
 
 

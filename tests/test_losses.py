@@ -126,6 +126,44 @@ def test_subtract_entropy_is_zero_for_the_smoothed_distribution(epsilon):
     assert as_float(worse) > 0.01
 
 
+def logits_gradient(function, logits):
+    """d sum(function(logits)) / d logits, by the backend's autodiff."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return np.asarray(jax.grad(lambda z: function(z).sum())(logits))
+    import tensorflow as tf
+
+    logits = tf.constant(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        total = tf.reduce_sum(function(logits))
+    return tape.gradient(total, logits).numpy()
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_gradient_is_softmax_minus_smoothed_targets(epsilon):
+    labels, logits = random_batch(seed=10)
+    got = logits_gradient(lambda z: smoothed_token_losses(labels, z, epsilon), logits)
+    shifted = np.asarray(logits, np.float64)
+    shifted = shifted - shifted.max(-1, keepdims=True)
+    softmax = np.exp(shifted) / np.exp(shifted).sum(-1, keepdims=True)
+    targets = np.full(logits.shape, epsilon / (VOCAB - 1))
+    np.put_along_axis(targets, labels[..., None], 1.0 - epsilon, axis=-1)
+    np.testing.assert_allclose(got, softmax - targets, atol=1e-6)
+
+
+def test_large_vocabulary_keeps_float32_precision():
+    # The loss sums all V logits and subtracts V * logsumexp: with a 32k
+    # vocabulary and large logits that difference must not lose the value.
+    labels, logits = random_batch(seed=11, vocab=32000)
+    logits = logits * 5.0
+    got = keras.ops.convert_to_numpy(smoothed_token_losses(labels, logits, 0.1))
+    np.testing.assert_allclose(
+        got, reference_token_losses(labels, logits, 0.1), rtol=1e-6
+    )
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_low_precision_logits_give_finite_float32(dtype):
     labels, logits = random_batch(seed=8)
