@@ -14,6 +14,7 @@ Multi30k recipe unless flags change it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -100,6 +101,10 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int)
     parser.add_argument("--dropout-rate", type=float)
     parser.add_argument("--label", default="README recipe")
+    parser.add_argument(
+        "--work-dir",
+        help="keep the runs here, as run-BACKEND (default: a temporary directory)",
+    )
     parser.add_argument("--write", action="store_true", help="update the docs")
     args = parser.parse_args()
     if not Path(args.multi30k).is_dir():
@@ -109,7 +114,12 @@ def main() -> None:
         f"{args.target_bleu:g} | at step | best dev BLEU (step, time) |",
         "| --- | --- | --- | --- | --- |",
     ]
-    with tempfile.TemporaryDirectory() as work:
+    if args.work_dir and any(
+        (Path(args.work_dir) / f"run-{b}").exists() for b in args.backends.split(",")
+    ):
+        parser.error(f"--work-dir: {args.work_dir} already holds a run-BACKEND")
+    keep = contextlib.nullcontext(args.work_dir)
+    with keep if args.work_dir else tempfile.TemporaryDirectory() as work:
         for backend in args.backends.split(","):
             entries = run_backend(args, backend, Path(work))
             for entry in entries:
