@@ -114,12 +114,17 @@ def main() -> None:
         f"{args.target_bleu:g} | at step | best dev BLEU (step, time) |",
         "| --- | --- | --- | --- | --- |",
     ]
-    if args.work_dir and any(
-        (Path(args.work_dir) / f"run-{b}").exists() for b in args.backends.split(",")
-    ):
-        parser.error(f"--work-dir: {args.work_dir} already holds a run-BACKEND")
-    keep = contextlib.nullcontext(args.work_dir)
-    with keep if args.work_dir else tempfile.TemporaryDirectory() as work:
+    if args.work_dir:
+        runs = [Path(args.work_dir) / f"run-{b}" for b in args.backends.split(",")]
+        if any(run.exists() for run in runs):
+            parser.error(f"--work-dir: {args.work_dir} already holds a run-BACKEND")
+        Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+    work_dir = (
+        contextlib.nullcontext(args.work_dir)
+        if args.work_dir
+        else tempfile.TemporaryDirectory()
+    )
+    with work_dir as work:
         for backend in args.backends.split(","):
             entries = run_backend(args, backend, Path(work))
             for entry in entries:
