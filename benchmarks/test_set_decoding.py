@@ -1,9 +1,13 @@
 """Decoding a real test set: Multi30k test2016 with a trained run, per backend.
 
 For each backend, in its own process: the whole test set translated by the
-compiled `Translator` (batches of `--batch-size`), greedy and beam 4. The
-first pass compiles every batch shape and is reported on its own; then the
-two searches take turns over `--rounds` timing windows. It prints sentences
+compiled `Translator` (batches of `--batch-size`), greedy and beam 4, each
+two ways: dropping the sentences that are done from the batch between
+segments of the search (the default), and running every batch as one
+program until its last sentence is done; and CTranslate2 on the same
+weights, the yardstick for CPU decoding. The first pass compiles every
+shape and is reported on its own; then the contenders take turns over
+`--rounds` timing windows. It prints sentences
 per second, seconds for the whole set (median window) and sacreBLEU. Then the
 CLI's time from start to its first translation (`keras-transformer translate`,
 one sentence on stdin, beam 4), with an empty and then a warm compilation
@@ -30,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine_line, run_child, write_section  # noqa: E402
 
 SEARCHES = {"greedy": 1, "beam 4": 4}
+MODES = {"drop finished": True, "whole batch": False}
 
 
 def child(run_dir: str, multi30k: str, batch_size: int, rounds: int) -> dict:
@@ -43,29 +48,76 @@ def child(run_dir: str, multi30k: str, batch_size: int, rounds: int) -> dict:
     test = load_multi30k("test", data_dir=multi30k)
     run = RunDirectory(run_dir)
     model, tokenizer = run.load_model(), run.load_tokenizer()
-    translators = {
-        name: Translator(model, tokenizer, beam_size=beam, batch_size=batch_size)
-        for name, beam in SEARCHES.items()
-    }
+    contenders = {}
+    for name, beam in SEARCHES.items():
+        for mode, drop in MODES.items():
+            contenders[f"{name} / {mode}"] = Translator(
+                model,
+                tokenizer,
+                beam_size=beam,
+                batch_size=batch_size,
+                drop_finished=drop,
+            )
+        contenders[f"{name} / CTranslate2"] = ctranslate2_translate(
+            run_dir, beam, batch_size, tokenizer
+        )
     results = {}
-    for name, translator in translators.items():
+    for name, translate in contenders.items():
         start = time.perf_counter()
-        hypotheses = translator(test.source)
+        hypotheses = translate(test.source)
         results[name] = {
             "first_seconds": time.perf_counter() - start,
             "bleu": corpus_scores(hypotheses, test.target).bleu,
             "windows": [],
         }
     for _ in range(rounds):
-        for name, translator in translators.items():
+        for name, translate in contenders.items():
             start = time.perf_counter()
-            translator(test.source)
+            translate(test.source)
             results[name]["windows"].append(time.perf_counter() - start)
     return {
         "backend": keras.backend.backend(),
         "sentences": len(test.source),
         "searches": results,
     }
+
+
+def ctranslate2_translate(run_dir: str, beam_size: int, batch_size: int, tokenizer):
+    """CTranslate2 (float32, 2 threads) on the run's exported weights, fed
+    the batches `Translator` makes: sorted by length, `batch_size` each, with
+    the same output limit (longest source of the batch + 50)."""
+    import ctranslate2
+    import sentencepiece
+
+    from keras_transformer.export_ctranslate2 import export_ctranslate2
+
+    path = export_ctranslate2(run_dir, tempfile.mkdtemp(), beam_size=beam_size)
+    info = json.loads((path / "export.json").read_text())
+    options = dict(info["translate_batch"], beam_size=beam_size)
+    processor = sentencepiece.SentencePieceProcessor(
+        model_file=str(path / "sentencepiece.model")
+    )
+    translator = ctranslate2.Translator(
+        str(path), device="cpu", inter_threads=1, intra_threads=os.cpu_count()
+    )
+
+    def translate(texts):
+        pieces = processor.encode(list(texts), out_type=str)
+        order = sorted(range(len(texts)), key=lambda i: len(pieces[i]))
+        outputs = [""] * len(texts)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            batch = [pieces[i] for i in chunk]
+            results = translator.translate_batch(
+                batch,
+                **options,
+                max_decoding_length=max(map(len, batch)) + info["max_extra_length"],
+            )
+            for i, result in zip(chunk, results):
+                outputs[i] = processor.decode(result.hypotheses[0])
+        return outputs
+
+    return translate
 
 
 def first_translation_seconds(run_dir: str, backend: str, cache: str) -> float:
@@ -94,15 +146,16 @@ def first_translation_seconds(run_dir: str, backend: str, cache: str) -> float:
 
 def table(results: list[dict]) -> str:
     lines = [
-        "| backend | search | sentences/s | seconds for the set | first pass s | "
-        "BLEU | CLI first translation s (cold / warm cache) |",
+        "| backend | search / batch | sentences/s | seconds for the set | "
+        "first pass s | BLEU | CLI first translation s (cold / warm cache) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for result in results:
         for name, search in result["searches"].items():
             seconds = statistics.median(search["windows"])
             cli = ""
-            if name == "beam 4" and "cli" in result:  # The CLI's default search.
+            # The CLI's default search.
+            if name == "beam 4 / drop finished" and "cli" in result:
                 cli = "{:.1f} / {:.1f}".format(*result["cli"])
             lines.append(
                 f"| {result['backend']} | {name} | "
@@ -147,8 +200,14 @@ def main() -> None:
         f"on {machine_line()}. RUN: {args.run_dir}. Multi30k test2016, "
         f"{results[0]['sentences']:,} sentences, `Translator` compiled, batches "
         f"of {args.batch_size}, sorted by length; median of {args.rounds} "
-        "windows, greedy and beam 4 taking turns, after a first pass that "
-        "compiles.\n\n" + table(results) + "\n"
+        "windows, the contenders taking turns, after a first pass that "
+        "compiles. 'drop finished': sentences that are done leave the batch "
+        "between 8-step segments (4x fewer rows at a time); 'whole batch': "
+        "each batch decodes until its last sentence is done; 'CTranslate2': "
+        "the run exported with `export_ctranslate2` (float32, inter_threads=1, "
+        "intra_threads = the core count), fed the same sorted batches.\n\n"
+        + table(results)
+        + "\n"
     )
     print("\n" + text)
     if args.write:

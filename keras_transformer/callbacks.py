@@ -262,7 +262,7 @@ class DevBleu(keras.callbacks.Callback):
             "dev_bleu": result.bleu,
             "dev_chrf": result.chrf,
             "train_seconds": round(began - started - self._evaluating, 2),
-            "eval_seconds": round(seconds, 2),
+            "eval_seconds": round(seconds, 3),  # A fast one is a few ms.
         }
         self._evaluating += seconds
         self.history.append(entry)

@@ -11,6 +11,11 @@ decoding). Everything has a fixed shape, and the loop is a
 search compiles once per input shape (XLA on TensorFlow, jit on JAX; see
 `keras_transformer.compile`).
 
+Each search is also split in three (`*_start`, `*_advance` up to a step index,
+`*_result`), with `*_active` telling which rows are not done yet, so that a
+caller can run it in segments and drop the rows that are done between them
+(`SequenceGenerator` does).
+
 Beam search follows the GNMT recipe used by the paper (§6.1): beam size k,
 length penalty lp(Y) = ((5 + |Y|) / 6)^alpha, hypotheses that emit EOS move to
 a pool of finished hypotheses and are frozen, and the search ends when no live
@@ -81,8 +86,22 @@ def greedy_search(
         max_length: L, a Python int.
         suppressed_ids: ids never generated (default PAD and BOS).
     """
+    loop = greedy_start(state, limits, max_length, bos_id=bos_id)
+    loop = greedy_advance(
+        step_fn,
+        loop,
+        limits,
+        max_length,
+        eos_id=eos_id,
+        suppressed_ids=suppressed_ids,
+    )
+    return greedy_result(loop)
+
+
+def greedy_start(state, limits, max_length: int, *, bos_id: int = BOS_ID):
+    """The loop state of `greedy_search` before its first step."""
     batch_size = ops.shape(limits)[0]
-    loop = {
+    return {
         "step": ops.convert_to_tensor(0, "int32"),
         "tokens": ops.full((batch_size, 1), bos_id, "int32"),
         "outputs": ops.full((batch_size, max_length), PAD_ID, "int32"),
@@ -91,10 +110,34 @@ def greedy_search(
         "state": state,
     }
 
+
+def greedy_active(loop):
+    """(B,) bool: the rows that still decode."""
+    return ops.logical_not(loop["finished"])
+
+
+def greedy_result(loop):
+    """((B, L) int32 tokens, (B,) float32 log-probs) of a greedy loop state."""
+    return loop["outputs"], loop["scores"]
+
+
+def greedy_advance(
+    step_fn: Callable,
+    loop,
+    limits,
+    max_length: int,
+    *,
+    stop_step=None,
+    eos_id: int = EOS_ID,
+    suppressed_ids: Sequence[int] = ALWAYS_SUPPRESSED,
+):
+    """Run greedy steps from `loop` until every row finished, or the step
+    index reaches `max_length` or `stop_step` (a scalar, for searches run in
+    segments). Returns the new loop state."""
+    last_step = _last_step(max_length, stop_step)
+
     def cond(loop):
-        return ops.logical_and(
-            loop["step"] < max_length, ops.logical_not(ops.all(loop["finished"]))
-        )
+        return ops.logical_and(loop["step"] < last_step, ops.any(greedy_active(loop)))
 
     def body(loop):
         step, finished = loop["step"], loop["finished"]
@@ -118,8 +161,13 @@ def greedy_search(
             },
         )
 
-    loop = ops.while_loop(cond, body, (loop,))[0]
-    return loop["outputs"], loop["scores"]
+    return ops.while_loop(cond, body, (loop,))[0]
+
+
+def _last_step(max_length: int, stop_step):
+    if stop_step is None:
+        return max_length
+    return ops.minimum(ops.cast(stop_step, "int32"), max_length)
 
 
 def length_penalty(length, alpha: float):
@@ -169,11 +217,29 @@ def beam_search(
         (sequences (B, k, L) int32, scores (B, k) float32), best first;
         scores are log P(Y) / lp(|Y|), with |Y| counting EOS.
     """
+    loop = beam_start(state, limits, max_length, beam_size=beam_size, bos_id=bos_id)
+    loop = beam_advance(
+        step_fn,
+        loop,
+        limits,
+        max_length,
+        beam_size=beam_size,
+        alpha=alpha,
+        eos_id=eos_id,
+        suppressed_ids=suppressed_ids,
+    )
+    return beam_result(loop)
+
+
+def beam_start(
+    state, limits, max_length: int, *, beam_size: int = 4, bos_id: int = BOS_ID
+):
+    """The loop state of `beam_search` before its first step."""
     batch_size = ops.shape(limits)[0]
     k = beam_size
     # Only beam 0 is live at first: the k copies of BOS are the same prefix.
     first_beam = ops.convert_to_tensor([0.0] + [NEG_INF] * (k - 1), "float32")
-    loop = {
+    return {
         "step": ops.convert_to_tensor(0, "int32"),
         "tokens": ops.full((batch_size * k, 1), bos_id, "int32"),
         "alive_seq": ops.full((batch_size, k, max_length), PAD_ID, "int32"),
@@ -183,18 +249,44 @@ def beam_search(
         "finished_flags": ops.zeros((batch_size, k), "bool"),
         "state": state,
     }
+
+
+def beam_active(loop, limits, alpha: float):
+    """(B,) bool: the rows whose best live hypothesis can still beat their
+    worst finished one. A row that is not active never changes again: its
+    live scores only fall and its pool only improves."""
     # Scores can only fall as a hypothesis grows; with alpha >= 0 the most a
     # live one can still reach is its log-prob over the largest penalty.
-    best_penalty = length_penalty(limits, alpha)
+    best_alive = loop["alive_log_probs"][:, 0] / length_penalty(limits, alpha)
+    worst_finished = ops.min(
+        ops.where(loop["finished_flags"], loop["finished_scores"], NEG_INF),
+        axis=1,
+    )
+    return best_alive > worst_finished
+
+
+def beam_advance(
+    step_fn: Callable,
+    loop,
+    limits,
+    max_length: int,
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    stop_step=None,
+    eos_id: int = EOS_ID,
+    suppressed_ids: Sequence[int] = ALWAYS_SUPPRESSED,
+):
+    """Run beam-search steps from `loop` until no row is active (see
+    `beam_active`), or the step index reaches `max_length` or `stop_step` (a
+    scalar, for searches run in segments). Returns the new loop state."""
+    batch_size = ops.shape(limits)[0]
+    k = beam_size
+    last_step = _last_step(max_length, stop_step)
 
     def cond(loop):
-        best_alive = loop["alive_log_probs"][:, 0] / best_penalty
-        worst_finished = ops.min(
-            ops.where(loop["finished_flags"], loop["finished_scores"], NEG_INF),
-            axis=1,
-        )
-        improvable = ops.any(best_alive > worst_finished)
-        return ops.logical_and(loop["step"] < max_length, improvable)
+        improvable = ops.any(beam_active(loop, limits, alpha))
+        return ops.logical_and(loop["step"] < last_step, improvable)
 
     def body(loop):
         step = loop["step"]
@@ -257,12 +349,12 @@ def beam_search(
             },
         )
 
-    loop = ops.while_loop(cond, body, (loop,))[0]
-    return _finalize(loop)
+    return ops.while_loop(cond, body, (loop,))[0]
 
 
-def _finalize(loop):
-    """Finished hypotheses, or the live ones for a row that finished none."""
+def beam_result(loop):
+    """(sequences (B, k, L), scores (B, k)) of a beam loop state: the
+    finished hypotheses, or the live ones for a row that finished none."""
     any_finished = ops.any(loop["finished_flags"], axis=1)  # (B,)
     sequences = ops.where(
         any_finished[:, None, None], loop["finished_seq"], loop["alive_seq"]

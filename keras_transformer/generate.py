@@ -11,7 +11,7 @@ Legend: B batch, S source length, k beam size, L = S + max_extra_length.
 from __future__ import annotations
 
 import numpy as np
-from keras import ops
+from keras import ops, tree
 
 from keras_transformer import decoding
 from keras_transformer.compile import compile_function
@@ -20,8 +20,10 @@ from keras_transformer.config import UNK_ID
 
 def cached_step_fn(model, source_ids, memory):
     """step_fn over the model's KV caches; state = list of (keys, values)."""
-    cross_key_values = model.cross_key_values(memory)
+    return _cached_step_fn(model, source_ids, model.cross_key_values(memory))
 
+
+def _cached_step_fn(model, source_ids, cross_key_values):
     def step_fn(tokens, step, cache):
         logits, cache = model.decode_step(
             tokens, step, cache, cross_key_values, source_ids
@@ -56,6 +58,15 @@ def check_search_settings(beam_size: int, alpha: float, max_extra_length: int):
 class SequenceGenerator:
     """Greedy (beam_size=1) or beam-search decoding of a Transformer.
 
+    By default the search runs in segments of `segment_steps` steps, and
+    between segments the rows (sentences) that are done leave the batch: it
+    shrinks 4x at a time (B, B/4, B/16, ..., 1 rows), so one long or
+    never-ending sentence no longer keeps a whole batch decoding. A row that
+    is done never changes again (greedy: it emitted EOS or reached its
+    limit; beam: no live hypothesis can still beat its worst finished one),
+    so the outputs are those of the search over the whole batch. Each
+    smaller batch size is one more compiled shape.
+
     Args:
         model: a `Transformer`.
         beam_size: int. 1 is greedy. Defaults to 4 (§6.1).
@@ -66,6 +77,9 @@ class SequenceGenerator:
         jit: compile the whole search (XLA / jit). Defaults to True.
         allow_unk: let the search generate UNK. Defaults to False: UNK is
             suppressed like PAD and BOS (which are never generated).
+        drop_finished: run in segments and drop rows that are done.
+            Defaults to True; False runs the whole search as one program.
+        segment_steps: decoding steps per segment. Defaults to 8.
 
     Call arguments:
         source_ids: (B, S) int ids, pad 0.
@@ -85,23 +99,39 @@ class SequenceGenerator:
         cached: bool = True,
         jit: bool = True,
         allow_unk: bool = False,
+        drop_finished: bool = True,
+        segment_steps: int = 8,
     ):
         check_search_settings(beam_size, alpha, max_extra_length)
+        if not isinstance(segment_steps, int) or segment_steps < 1:
+            raise ValueError(
+                f"segment_steps must be an int >= 1. Received: {segment_steps!r}"
+            )
         self.model = model
         self.beam_size = beam_size
         self.alpha = alpha
         self.max_extra_length = max_extra_length
         self.cached = cached
         self.allow_unk = allow_unk
+        self.drop_finished = drop_finished
+        self.segment_steps = segment_steps
         self.suppressed_ids = decoding.ALWAYS_SUPPRESSED + (
             () if allow_unk else (UNK_ID,)
         )
-        self._run = compile_function(self.search, model) if jit else self.search
+        compile_ = (lambda fn: compile_function(fn, model)) if jit else (lambda f: f)
+        self._run = compile_(self.search)
+        self._start = compile_(self.start)
+        self._segment = compile_(self._advance_segment)
 
     def search(self, source_ids):
         """The uncompiled search on tensors: (B, S) int32 source ids ->
         (sequences (B, k, L), scores (B, k)) tensors. B and S may be dynamic
         (a TensorFlow graph with unknown dimensions)."""
+        return self.result(self.advance(self.start(source_ids)))
+
+    def start(self, source_ids):
+        """Encode (B, S) sources and set up the search: returns the carry, a
+        dict of tensors whose leading axis is B or B * k ("step" aside)."""
         k = self.beam_size
         batch_size, source_length = ops.shape(source_ids)
         max_length = source_length + self.max_extra_length
@@ -111,32 +141,119 @@ class SequenceGenerator:
             source_ids = ops.repeat(source_ids, k, axis=0)
             memory = ops.repeat(memory, k, axis=0)
         rows = batch_size * k
+        carry = {"source_ids": source_ids, "limits": limits}
         if self.cached:
-            step_fn = cached_step_fn(self.model, source_ids, memory)
+            carry["cross_key_values"] = self.model.cross_key_values(memory)
             state = self.model.init_decode_cache(rows, max_length)
         else:
-            step_fn = uncached_step_fn(self.model, source_ids, memory)
+            carry["memory"] = memory
             state = ops.full((rows, max_length + 1), decoding.BOS_ID, "int32")
         if k == 1:
-            tokens, scores = decoding.greedy_search(
-                step_fn,
-                state,
-                limits,
-                max_length,
-                suppressed_ids=self.suppressed_ids,
+            carry["loop"] = decoding.greedy_start(state, limits, max_length)
+        else:
+            carry["loop"] = decoding.beam_start(state, limits, max_length, beam_size=k)
+        return carry
+
+    def advance(self, carry, stop_step=None):
+        """Run the search from `carry` until every row is done, or up to the
+        step index `stop_step` (a scalar). Returns the new carry."""
+        source_ids = carry["source_ids"]
+        max_length = ops.shape(source_ids)[1] + self.max_extra_length
+        if self.cached:
+            step_fn = _cached_step_fn(self.model, source_ids, carry["cross_key_values"])
+        else:
+            step_fn = uncached_step_fn(self.model, source_ids, carry["memory"])
+        settings = {"stop_step": stop_step, "suppressed_ids": self.suppressed_ids}
+        if self.beam_size == 1:
+            loop = decoding.greedy_advance(
+                step_fn, carry["loop"], carry["limits"], max_length, **settings
             )
+        else:
+            loop = decoding.beam_advance(
+                step_fn,
+                carry["loop"],
+                carry["limits"],
+                max_length,
+                beam_size=self.beam_size,
+                alpha=self.alpha,
+                **settings,
+            )
+        return {**carry, "loop": loop}
+
+    def result(self, carry):
+        """(sequences (B, k, L), scores (B, k)) of a carry, best first."""
+        if self.beam_size == 1:
+            tokens, scores = decoding.greedy_result(carry["loop"])
             return tokens[:, None], scores[:, None]
-        return decoding.beam_search(
-            step_fn,
-            state,
-            limits,
-            max_length,
-            beam_size=k,
-            alpha=self.alpha,
-            suppressed_ids=self.suppressed_ids,
-        )
+        return decoding.beam_result(carry["loop"])
+
+    def active(self, carry):
+        """(B,) bool: the rows that are not done yet."""
+        if self.beam_size == 1:
+            return decoding.greedy_active(carry["loop"])
+        return decoding.beam_active(carry["loop"], carry["limits"], self.alpha)
+
+    def _advance_segment(self, carry, stop_step):
+        carry = self.advance(carry, stop_step)
+        return carry, self.active(carry), *self.result(carry)
 
     def __call__(self, source_ids):
-        source_ids = ops.convert_to_tensor(np.asarray(source_ids, np.int32))
-        sequences, scores = self._run(source_ids)
-        return ops.convert_to_numpy(sequences), ops.convert_to_numpy(scores)
+        source_ids = np.asarray(source_ids, np.int32)
+        if not self.drop_finished:
+            sequences, scores = self._run(ops.convert_to_tensor(source_ids))
+            return ops.convert_to_numpy(sequences), ops.convert_to_numpy(scores)
+        return self._search_in_segments(source_ids)
+
+    def _search_in_segments(self, source_ids):
+        batch_size = source_ids.shape[0]
+        max_length = source_ids.shape[1] + self.max_extra_length
+        carry = self._start(ops.convert_to_tensor(source_ids))
+        rows = np.arange(batch_size)  # Each carry row's input row; -1: filler.
+        sequences = scores = None
+        while True:
+            stop_step = np.int32(int(carry["loop"]["step"]) + self.segment_steps)
+            carry, active, row_sequences, row_scores = self._segment(carry, stop_step)
+            active = ops.convert_to_numpy(active)
+            if int(carry["loop"]["step"]) >= max_length:
+                active[:] = False
+            if sequences is None:
+                sequences = np.zeros((batch_size, *row_sequences.shape[1:]), np.int32)
+                scores = np.zeros((batch_size, *row_scores.shape[1:]), np.float32)
+            done = np.logical_and(~active, rows >= 0)
+            sequences[rows[done]] = ops.convert_to_numpy(row_sequences)[done]
+            scores[rows[done]] = ops.convert_to_numpy(row_scores)[done]
+            if not active.any():
+                return sequences, scores
+            size = smaller_batch_size(len(rows), int(active.sum()))
+            if size < len(rows):
+                carry, rows = _keep_rows(carry, active, rows, size)
+
+
+def smaller_batch_size(batch_size: int, rows: int) -> int:
+    """The smallest of batch_size, batch_size/4, batch_size/16, ..., 1
+    (rounded up) that holds `rows` rows: the batch sizes the search runs
+    at, so that few distinct shapes compile."""
+    size = batch_size
+    while size > 1 and -(-size // 4) >= rows:
+        size = -(-size // 4)
+    return size
+
+
+def _keep_rows(carry, active, rows, size: int):
+    """Gather the active rows of a carry into `size` rows; the rest are
+    copies of a done row (they stay done) marked -1 in `rows`."""
+    count = len(rows)
+    keep = np.flatnonzero(active)
+    filler = np.flatnonzero(~active)[0]
+    index = np.concatenate([keep, np.full(size - len(keep), filler)])
+
+    def gather(tensor):
+        array = ops.convert_to_numpy(tensor)
+        if array.ndim == 0:
+            return array
+        per_row = array.shape[0] // count  # 1, or k beams per sentence.
+        array = array.reshape(count, per_row, *array.shape[1:])[index]
+        return array.reshape(size * per_row, *array.shape[2:])
+
+    new_rows = np.where(np.arange(size) < len(keep), rows[index], -1)
+    return tree.map_structure(gather, carry), new_rows

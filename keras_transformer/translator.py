@@ -8,15 +8,16 @@ import numpy as np
 
 from keras_transformer.config import PAD_ID
 from keras_transformer.data.pipeline import pad_batch
-from keras_transformer.generate import SequenceGenerator
+from keras_transformer.generate import SequenceGenerator, smaller_batch_size
 
 
 class Translator:
     """Tokenize, decode (greedy or beam search), detokenize, in batches.
 
     Sentences are sorted by length and padded to multiples of 8, and every
-    batch has exactly `batch_size` rows (short batches are completed with
-    empty rows), so the compiled search sees a small fixed set of shapes.
+    batch has `batch_size` rows, or for a short last batch `batch_size`
+    divided by a power of 4 (completed with empty rows), so the compiled
+    search sees a small fixed set of shapes.
 
     Args:
         model: a `Transformer`.
@@ -30,6 +31,9 @@ class Translator:
         allow_unk: let the search generate UNK (shown as the tokenizer's
             unknown piece). Defaults to False; PAD and BOS are never
             generated.
+        drop_finished: sentences that are done leave the batch as the search
+            goes (see `SequenceGenerator`); the translations are the same.
+            Defaults to True.
 
     Example:
         >>> translator = Translator(model, tokenizer)
@@ -48,6 +52,7 @@ class Translator:
         batch_size: int = 64,
         jit: bool = True,
         allow_unk: bool = False,
+        drop_finished: bool = True,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -59,6 +64,7 @@ class Translator:
             max_extra_length=max_extra_length,
             jit=jit,
             allow_unk=allow_unk,
+            drop_finished=drop_finished,
         )
 
     def __call__(self, texts: Sequence[str]) -> list[str]:
@@ -77,7 +83,12 @@ class Translator:
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
             rows = [encoded[i] for i in chunk]
-            rows += [[]] * (self.batch_size - len(rows))
+            # A short last batch is completed to a size the search also
+            # shrinks to, so no extra shape compiles.
+            size = self.batch_size
+            if self.generator.drop_finished:
+                size = smaller_batch_size(self.batch_size, len(rows))
+            rows += [[]] * (size - len(rows))
             sequences, _ = self.generator(pad_batch(rows))
             for row, index in enumerate(chunk):
                 best = sequences[row, 0]

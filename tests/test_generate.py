@@ -9,6 +9,7 @@ import pytest
 from keras import ops
 
 from keras_transformer import build_transformer, decoding
+from keras_transformer import generate as generate_module
 from keras_transformer.compile import compile_function
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.generate import (
@@ -262,12 +263,85 @@ def test_beam_size_one_without_length_penalty_equals_greedy_search(model):
     assert len(real_tokens(greedy_tokens[0])) != len(real_tokens(greedy_tokens[1]))
 
 
+# --- dropping finished rows between segments ---------------------------------------
+
+# Nine sentences of different lengths (two empty ones, as batch completion
+# adds): rows end at different steps, so the batch shrinks 9 -> 3 -> 1.
+MANY_SOURCES = np.array(
+    [
+        [5, 9, 12, 7, 30, 4, 8, 6],
+        [8, 4, 0, 0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0, 0, 0],
+        [11, 0, 0, 0, 0, 0, 0, 0],
+        [21, 22, 23, 24, 0, 0, 0, 0],
+        [6, 6, 6, 6, 6, 6, 0, 0],
+        [33, 7, 19, 0, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0, 0, 0, 0],
+        [9, 8, 7, 6, 5, 4, 3, 0],
+    ],
+    np.int32,
+)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_dropping_finished_rows_keeps_the_whole_batch_results(
+    model, beam_size, jit, monkeypatch
+):
+    shrinks = []
+    keep_rows = generate_module._keep_rows
+
+    def recording_keep_rows(carry, active, rows, size):
+        shrinks.append((len(rows), size))
+        return keep_rows(carry, active, rows, size)
+
+    monkeypatch.setattr(generate_module, "_keep_rows", recording_keep_rows)
+    settings = {"beam_size": beam_size, "max_extra_length": 6, "jit": jit}
+    whole = SequenceGenerator(model, drop_finished=False, **settings)
+    segmented = SequenceGenerator(model, segment_steps=1, **settings)
+    expected_sequences, expected_scores = whole(MANY_SOURCES)
+    sequences, scores = segmented(MANY_SOURCES)
+    np.testing.assert_array_equal(sequences, expected_sequences)
+    np.testing.assert_allclose(scores, expected_scores, rtol=1e-6, atol=1e-6)
+    # The batch really shrank, 4x at a time, and the rows ended unevenly.
+    assert shrinks and shrinks[0][0] == len(MANY_SOURCES)
+    assert all(size == -(-count // 4) for count, size in shrinks), shrinks
+    lengths = {len(real_tokens(row)) for row in sequences[:, 0]}
+    assert len(lengths) >= 3, sequences[:, 0]
+
+
+@pytest.mark.parametrize(
+    ("rows", "active", "expected"),
+    [
+        (64, 64, 64),
+        (64, 17, 64),
+        (64, 16, 16),
+        (64, 5, 16),
+        (64, 4, 4),
+        (64, 1, 1),
+        (9, 3, 3),
+        (9, 1, 1),
+        (3, 2, 3),
+        (1, 1, 1),
+    ],
+)
+def test_smaller_batch_size_shrinks_by_fours(rows, active, expected):
+    assert generate_module.smaller_batch_size(rows, active) == expected
+
+
 # --- arguments ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"beam_size": 0}, {"beam_size": 2.0}, {"alpha": -0.1}, {"max_extra_length": 0}],
+    [
+        {"beam_size": 0},
+        {"beam_size": 2.0},
+        {"alpha": -0.1},
+        {"max_extra_length": 0},
+        {"segment_steps": 0},
+        {"segment_steps": 2.5},
+    ],
 )
 def test_generator_rejects_bad_arguments(model, kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):

@@ -1,4 +1,5 @@
-"""`Translator`: strings in, strings out, in order, with batch completion;
+"""`Translator`: strings in, strings out, in order, with batch completion
+and rows dropped as they finish;
 attention weights for plots. A real tiny SentencePiece tokenizer and an
 untrained tiny model: the translations are junk, so the tests check
 structure, order and determinism, not quality."""
@@ -32,20 +33,22 @@ def model(tokenizer):
 
 @pytest.fixture(scope="module")
 def translators(model, tokenizer):
-    """translators(batch_size) -> greedy Translator, one per batch size (each
-    compiles its search once)."""
+    """translators(batch_size, drop_finished=True) -> greedy Translator, one
+    per setting (each compiles its search once)."""
     made = {}
 
-    def get(batch_size):
-        if batch_size not in made:
-            made[batch_size] = Translator(
+    def get(batch_size, drop_finished=True):
+        key = (batch_size, drop_finished)
+        if key not in made:
+            made[key] = Translator(
                 model,
                 tokenizer,
                 beam_size=1,
                 max_extra_length=MAX_EXTRA,
                 batch_size=batch_size,
+                drop_finished=drop_finished,
             )
-        return made[batch_size]
+        return made[key]
 
     return get
 
@@ -81,14 +84,16 @@ def test_translate_is_deterministic_and_handles_no_input(translators):
 
 
 def test_batch_completion_does_not_change_results(translators):
-    """3 sentences: two batches of 2 (one completed with an empty row) or
-    one batch of 8 (five empty rows) give the same translations."""
+    """3 sentences: batches of 2 then 1, one batch of 8 (five empty rows;
+    rows leave it as they finish), or as one program per batch of 2 (the
+    second completed with an empty row) give the same translations."""
     small, large = translators(2), translators(8)
-    small_ids = small.translate_ids(SENTENCES)
-    large_ids = large.translate_ids(SENTENCES)
-    for a, b in zip(small_ids, large_ids):
-        np.testing.assert_array_equal(a, b)
-    assert small(SENTENCES) == large(SENTENCES)
+    whole = translators(2, drop_finished=False)
+    expected = whole.translate_ids(SENTENCES)
+    for translator in (small, large):
+        for a, b in zip(translator.translate_ids(SENTENCES), expected):
+            np.testing.assert_array_equal(a, b)
+    assert small(SENTENCES) == large(SENTENCES) == whole(SENTENCES)
 
 
 def _check_attention(weights, tokenizer, model, source, target_ids):
