@@ -237,7 +237,7 @@ class Transformer(keras.Model):
 
     def init_decode_cache(self, batch_size: int, max_length: int):
         """Zero self-attention caches: one (key, value) pair per decoder layer,
-        each (B, L_max, H, K)."""
+        each (B, H, L_max, K)."""
         return [
             block.self_attention.empty_cache(batch_size, max_length)
             for block in self._parts.decoder_blocks
@@ -245,9 +245,9 @@ class Transformer(keras.Model):
 
     def cross_key_values(self, memory):
         """Cross-attention keys/values of every decoder layer, computed once
-        per source: a list of (keys, values), each (B, S, H, K)."""
+        per source: a list of (keys, values), each (B, H, S, K)."""
         return [
-            block.cross_attention.project_key_value(memory)
+            block.cross_attention.project_key_value_cache(memory)
             for block in self._parts.decoder_blocks
         ]
 
@@ -264,7 +264,7 @@ class Transformer(keras.Model):
         config = self.config
         y = parts.target_embedding(target_ids)
         y = parts.target_position(y, start_index=step)
-        max_length = ops.shape(cache[0][0])[1]
+        max_length = ops.shape(cache[0][0])[2]
         query_positions = masks.token_positions(target_ids, offset=step)
         key_positions = masks.token_positions(ops.ones((1, max_length), "int32"))
         self_mask = masks.causal_mask(query_positions, key_positions)

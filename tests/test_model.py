@@ -353,19 +353,20 @@ def test_decode_step_matches_full_decode(model, overrides):
     np.testing.assert_allclose(logits, expected, atol=1e-4)
     assert len(cache) == len(model.decoder_blocks)
     key_cache, value_cache = cache[0]
-    assert tuple(key_cache.shape) == (B, T + 2, 4, 8)
-    assert np.all(to_numpy(value_cache)[:, T:] == 0)
+    assert tuple(key_cache.shape) == (B, 4, T + 2, 8)  # Heads-first.
+    assert np.all(to_numpy(value_cache)[:, :, T:] == 0)
 
 
 def test_decode_cache_structure(model):
     cache = model.init_decode_cache(2, 9)
     assert len(cache) == 2
     for key_cache, value_cache in cache:
-        assert tuple(key_cache.shape) == tuple(value_cache.shape) == (2, 9, 4, 8)
+        # Heads-first: (B, H, L_max, K).
+        assert tuple(key_cache.shape) == tuple(value_cache.shape) == (2, 4, 9, 8)
         assert np.all(to_numpy(key_cache) == 0)
     cross = model.cross_key_values(model.encode(SOURCE))
     assert len(cross) == 2
-    assert all(tuple(k.shape) == (B, S, 4, 8) for k, _ in cross)
+    assert all(tuple(k.shape) == (B, 4, S, 8) for k, _ in cross)
 
 
 def test_decode_step_with_a_prompt_chunk(model):

@@ -110,10 +110,10 @@ class DecoderBlock(EncoderBlock):
 
         Args:
             inputs: (B, T_new, D) hidden states of the new positions.
-            cache: (key_cache, value_cache), each (B, L_max, H, K): this
+            cache: (key_cache, value_cache), each (B, H, L_max, K): this
                 layer's self-attention keys/values for earlier positions.
-            cross_key_value: (keys, values), each (B, S, H, K), from
-                `cross_attention.project_key_value(memory)`.
+            cross_key_value: (keys, values), each (B, H, S, K), from
+                `cross_attention.project_key_value_cache(memory)`.
             cache_index: int or scalar tensor; position of inputs[:, 0].
             self_attention_mask: bool (B, T_new, L_max); True only for cache
                 slots already written (<= the query's position).
@@ -127,13 +127,13 @@ class DecoderBlock(EncoderBlock):
             key_cache, value_cache = self.self_attention.update_cache(
                 *cache, hidden, cache_index
             )
-            output = self.self_attention.attend(
+            output = self.self_attention.attend_cache(
                 hidden, key_cache, value_cache, self_attention_mask
             )
             return output, (key_cache, value_cache)
 
         def cross_attend(hidden):
-            output = self.cross_attention.attend(
+            output = self.cross_attention.attend_cache(
                 hidden, *cross_key_value, cross_attention_mask
             )
             return output, None

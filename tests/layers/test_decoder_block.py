@@ -102,7 +102,7 @@ def test_decode_step_matches_call(norm_first):
     expected = to_numpy(block(x, memory, self_mask, cross_mask))
     max_length = T + 3
     cache = block.self_attention.empty_cache(B, max_length)
-    cross_key_value = block.cross_attention.project_key_value(memory)
+    cross_key_value = block.cross_attention.project_key_value_cache(memory)
     slots = np.arange(max_length)
     for t in range(T):
         step_mask = np.broadcast_to(slots <= t, (B, 1, max_length))
@@ -115,7 +115,7 @@ def test_decode_step_matches_call(norm_first):
             cross_mask[:, t : t + 1],
         )
         np.testing.assert_allclose(to_numpy(output)[:, 0], expected[:, t], atol=1e-5)
-    key_cache = to_numpy(cache[0])
+    key_cache = to_numpy(cache[0]).transpose(0, 2, 1, 3)  # Stored heads-first.
     assert key_cache.shape == (B, max_length, H, D // H)
     assert np.all(key_cache[:, T:] == 0)
     assert not np.any(np.all(key_cache[:, :T] == 0, axis=(-1, -2)))
@@ -127,7 +127,7 @@ def test_decode_step_several_positions_at_once():
     expected = to_numpy(block(x, memory, self_mask, cross_mask))
     max_length = T
     cache = block.self_attention.empty_cache(B, max_length)
-    cross_key_value = block.cross_attention.project_key_value(memory)
+    cross_key_value = block.cross_attention.project_key_value_cache(memory)
     slots = np.arange(max_length)
     first = np.broadcast_to(slots[None, :] <= np.arange(2)[:, None], (B, 2, T))
     output, cache = block.decode_step(

@@ -143,7 +143,7 @@ def test_empty_cache_shape_and_dtype():
     layer.build((None, None, D))
     key_cache, value_cache = layer.empty_cache(B, 7)
     for cache in (key_cache, value_cache):
-        assert tuple(cache.shape) == (B, 7, H, K)
+        assert tuple(cache.shape) == (B, H, 7, K)  # Heads-first.
         assert keras.backend.standardize_dtype(cache.dtype) == "float32"
         assert np.all(to_numpy(cache) == 0)
 
@@ -154,12 +154,17 @@ def test_update_cache_writes_at_index_only():
     layer(query)
     key_cache, value_cache = layer.empty_cache(B, 6)
     key_cache, value_cache = layer.update_cache(key_cache, value_cache, query[:, :2], 3)
-    keys, values = layer.project_key_value(query[:, :2])
+    keys, values = layer.project_key_value(query[:, :2])  # (B, T, H, K)
     key_cache, value_cache = to_numpy(key_cache), to_numpy(value_cache)
-    np.testing.assert_array_equal(key_cache[:, 3:5], to_numpy(keys))
-    np.testing.assert_array_equal(value_cache[:, 3:5], to_numpy(values))
-    assert np.all(key_cache[:, [0, 1, 2, 5]] == 0)
-    assert np.all(value_cache[:, [0, 1, 2, 5]] == 0)
+    heads_first = (0, 2, 1, 3)
+    np.testing.assert_array_equal(
+        key_cache[:, :, 3:5], to_numpy(keys).transpose(heads_first)
+    )
+    np.testing.assert_array_equal(
+        value_cache[:, :, 3:5], to_numpy(values).transpose(heads_first)
+    )
+    assert np.all(key_cache[:, :, [0, 1, 2, 5]] == 0)
+    assert np.all(value_cache[:, :, [0, 1, 2, 5]] == 0)
 
 
 def test_cached_attention_equals_call():
@@ -173,7 +178,7 @@ def test_cached_attention_equals_call():
     for t in range(T):
         caches = layer.update_cache(*caches, query[:, t : t + 1], t)
         step_mask = np.broadcast_to(slots <= t, (B, 1, max_length))
-        output = layer.attend(query[:, t : t + 1], *caches, step_mask)
+        output = layer.attend_cache(query[:, t : t + 1], *caches, step_mask)
         np.testing.assert_allclose(to_numpy(output)[:, 0], expected[:, t], atol=1e-5)
 
 
