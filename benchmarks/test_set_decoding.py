@@ -58,6 +58,11 @@ def child(run_dir: str, multi30k: str, batch_size: int, rounds: int) -> dict:
                 batch_size=batch_size,
                 drop_finished=drop,
             )
+        if beam > 1:
+            contenders[f"{name} / drop finished, early stopping"] = Translator(
+                model, tokenizer, beam_size=beam, batch_size=batch_size,
+                early_stopping=True,
+            )  # fmt: skip
         contenders[f"{name} / CTranslate2"] = ctranslate2_translate(
             run_dir, beam, batch_size, tokenizer
         )
@@ -203,7 +208,9 @@ def main() -> None:
         "windows, the contenders taking turns, after a first pass that "
         "compiles. 'drop finished': sentences that are done leave the batch "
         "between 8-step segments (4x fewer rows at a time); 'whole batch': "
-        "each batch decodes until its last sentence is done; 'CTranslate2': "
+        "each batch decodes until its last sentence is done; 'early "
+        "stopping': a sentence ends once it has 4 finished hypotheses "
+        "(fairseq's rule) instead of the paper's bound; 'CTranslate2': "
         "the run exported with `export_ctranslate2` (float32, inter_threads=1, "
         "intra_threads = the core count), fed the same sorted batches.\n\n"
         + table(results)

@@ -239,6 +239,17 @@ def _translator(args: argparse.Namespace):
         alpha=args.alpha,
         max_extra_length=args.max_extra_length,
         allow_unk=args.allow_unk,
+        early_stopping=args.early_stopping,
+    )
+
+
+def _add_early_stopping_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--early-stopping",
+        action="store_true",
+        help="beam search: end a sentence once it has beam-size finished "
+        "hypotheses (fairseq's rule; faster, may differ) instead of when no "
+        "live one can beat them (the paper's; default)",
     )
 
 
@@ -399,9 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     translate = commands.add_parser("translate", help="translate lines")
     _add_decoding_arguments(translate)
+    _add_early_stopping_argument(translate)
     translate.add_argument("--input", help="file to translate (default: stdin)")
     evaluate = commands.add_parser("evaluate", help="translate and score")
     _add_decoding_arguments(evaluate, required=False)
+    _add_early_stopping_argument(evaluate)
     evaluate.add_argument("--src", help="source file to translate (needs --run-dir)")
     evaluate.add_argument(
         "--hyp", help="score this file of translations instead (no model needed)"

@@ -197,6 +197,7 @@ def beam_search(
     *,
     beam_size: int = 4,
     alpha: float = 0.6,
+    early_stopping: bool = False,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     suppressed_ids: Sequence[int] = ALWAYS_SUPPRESSED,
@@ -211,6 +212,8 @@ def beam_search(
         max_length: L, a Python int.
         beam_size: k.
         alpha: length-penalty exponent; 0 ranks by total log-probability.
+        early_stopping: see `beam_active`. Defaults to False (the paper's
+            search).
         suppressed_ids: ids never generated (default PAD and BOS).
 
     Returns:
@@ -225,6 +228,7 @@ def beam_search(
         max_length,
         beam_size=beam_size,
         alpha=alpha,
+        early_stopping=early_stopping,
         eos_id=eos_id,
         suppressed_ids=suppressed_ids,
     )
@@ -251,10 +255,16 @@ def beam_start(
     }
 
 
-def beam_active(loop, limits, alpha: float):
+def beam_active(loop, limits, alpha: float, early_stopping: bool = False):
     """(B,) bool: the rows whose best live hypothesis can still beat their
     worst finished one. A row that is not active never changes again: its
-    live scores only fall and its pool only improves."""
+    live scores only fall and its pool only improves.
+
+    With `early_stopping`, a row also stops once it has k finished
+    hypotheses (fairseq's rule; Hugging Face's `early_stopping=True`): much
+    sooner, and its result is the paper's search's pool at that step, which
+    a longer search could still have improved.
+    """
     # Scores can only fall as a hypothesis grows; with alpha >= 0 the most a
     # live one can still reach is its log-prob over the largest penalty.
     best_alive = loop["alive_log_probs"][:, 0] / length_penalty(limits, alpha)
@@ -262,7 +272,12 @@ def beam_active(loop, limits, alpha: float):
         ops.where(loop["finished_flags"], loop["finished_scores"], NEG_INF),
         axis=1,
     )
-    return best_alive > worst_finished
+    active = best_alive > worst_finished
+    if early_stopping:
+        active = ops.logical_and(
+            active, ops.logical_not(ops.all(loop["finished_flags"], axis=1))
+        )
+    return active
 
 
 def beam_advance(
@@ -273,6 +288,7 @@ def beam_advance(
     *,
     beam_size: int = 4,
     alpha: float = 0.6,
+    early_stopping: bool = False,
     stop_step=None,
     eos_id: int = EOS_ID,
     suppressed_ids: Sequence[int] = ALWAYS_SUPPRESSED,
@@ -285,7 +301,7 @@ def beam_advance(
     last_step = _last_step(max_length, stop_step)
 
     def cond(loop):
-        improvable = ops.any(beam_active(loop, limits, alpha))
+        improvable = ops.any(beam_active(loop, limits, alpha, early_stopping))
         return ops.logical_and(loop["step"] < last_step, improvable)
 
     def body(loop):
@@ -326,6 +342,11 @@ def beam_advance(
         rank = ops.arange(2 * k)[None, :]
         finishing = ops.logical_and(ends, rank < k)
         finishing = ops.logical_and(finishing, (step < limits)[:, None])
+        if early_stopping:
+            # Stopped rows could still improve: freeze their pools, so a
+            # row's result does not depend on what else is in the batch.
+            open_rows = beam_active(loop, limits, alpha, early_stopping)
+            finishing = ops.logical_and(finishing, open_rows[:, None])
         new_scores = top_log_probs / length_penalty(step + 1, alpha)
         new_scores = ops.where(finishing, new_scores, 2 * NEG_INF)
         pool_scores = ops.concatenate([loop["finished_scores"], new_scores], 1)

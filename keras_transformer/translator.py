@@ -34,6 +34,9 @@ class Translator:
         drop_finished: sentences that are done leave the batch as the search
             goes (see `SequenceGenerator`); the translations are the same.
             Defaults to True.
+        early_stopping: beam search ends a sentence once it has `beam_size`
+            finished hypotheses (fairseq's rule; see `SequenceGenerator`).
+            Faster; translations can differ. Defaults to False.
 
     Example:
         >>> translator = Translator(model, tokenizer)
@@ -53,6 +56,7 @@ class Translator:
         jit: bool = True,
         allow_unk: bool = False,
         drop_finished: bool = True,
+        early_stopping: bool = False,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -65,6 +69,7 @@ class Translator:
             jit=jit,
             allow_unk=allow_unk,
             drop_finished=drop_finished,
+            early_stopping=early_stopping,
         )
 
     def __call__(self, texts: Sequence[str]) -> list[str]:

@@ -102,3 +102,25 @@ def test_evaluate_without_src_or_hyp_is_an_error(tmp_path, capsys):
     ref = write_lines(tmp_path / "ref.txt", ["a"])
     assert main(["evaluate", "--run-dir", str(tmp_path), "--ref", str(ref)]) == 2
     assert "--src" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", [[], ["--early-stopping"]])
+def test_translate_passes_early_stopping_to_the_search(
+    run_dir, tmp_path, capsys, monkeypatch, flag
+):
+    import keras_transformer.translator as translator_module
+
+    made = []
+
+    class RecordingTranslator(Translator):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self.generator.early_stopping)
+
+    monkeypatch.setattr(translator_module, "Translator", RecordingTranslator)
+    source = write_lines(tmp_path / "input.txt", INPUT_LINES[:1])
+    argv = ["translate", "--run-dir", str(run_dir), "--input", str(source)]
+    argv += ["--beam-size", "2", "--max-extra-length", str(MAX_EXTRA), *flag]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.strip()
+    assert made == [bool(flag)]

@@ -310,6 +310,66 @@ def test_dropping_finished_rows_keeps_the_whole_batch_results(
     assert len(lengths) >= 3, sequences[:, 0]
 
 
+def test_early_stopping_decodes_fewer_rows(model):
+    early_work = _active_row_steps(model, MANY_SOURCES, early_stopping=True)
+    paper_work = _active_row_steps(model, MANY_SOURCES, early_stopping=False)
+    assert early_work < paper_work
+
+
+def _active_row_steps(model, sources, early_stopping):
+    """Sum over the steps of the beam-4 search of the rows still active."""
+    source = ops.convert_to_tensor(sources)
+    max_length = sources.shape[1] + 6
+    limits = decoding.output_limits(source, 6)
+    repeated = ops.repeat(source, 4, axis=0)
+    step_fn = cached_step_fn(model, repeated, ops.repeat(model.encode(source), 4, 0))
+    cache = model.init_decode_cache(sources.shape[0] * 4, max_length)
+
+    def advance(loop, stop_step):  # One step, compiled once.
+        loop = decoding.beam_advance(
+            step_fn,
+            loop,
+            limits,
+            max_length,
+            beam_size=4,
+            early_stopping=early_stopping,
+            stop_step=stop_step,
+        )
+        return loop, decoding.beam_active(loop, limits, 0.6, early_stopping)
+
+    advance = compile_function(advance, model)
+    loop = decoding.beam_start(cache, limits, max_length, beam_size=4)
+    total = 0
+    for step in range(1, max_length + 1):
+        loop, active = advance(loop, np.int32(step))
+        total += int(np.sum(ops.convert_to_numpy(active)))
+    return total
+
+
+def test_early_stopping_ends_sentences_with_beam_size_finished_hypotheses(model):
+    settings = {"beam_size": 4, "max_extra_length": 6}
+    paper = SequenceGenerator(model, drop_finished=False, **settings)
+    early = SequenceGenerator(model, early_stopping=True, segment_steps=1, **settings)
+    early_whole = SequenceGenerator(
+        model, early_stopping=True, drop_finished=False, **settings
+    )
+    _, paper_scores = paper(MANY_SOURCES)
+    sequences, scores = early(MANY_SOURCES)
+    # A stopped sentence is frozen: the same result whatever else is in its
+    # batch and whenever it leaves it.
+    whole_sequences, whole_scores = early_whole(MANY_SOURCES)
+    np.testing.assert_array_equal(sequences, whole_sequences)
+    np.testing.assert_allclose(scores, whole_scores, rtol=1e-6, atol=1e-6)
+    # Every hypothesis kept is a finished one: it ends in EOS or at the limit.
+    limits = ops.convert_to_numpy(decoding.output_limits(MANY_SOURCES, 6))
+    for row, limit in zip(sequences, limits):
+        for hypothesis in row:
+            kept = real_tokens(hypothesis)
+            assert kept[-1:] == [EOS_ID] or len(kept) == limit, hypothesis
+    # The paper's search is the longer one: its best is never worse.
+    assert np.all(scores[:, 0] <= paper_scores[:, 0] + 1e-5)
+
+
 @pytest.mark.parametrize(
     ("rows", "active", "expected"),
     [
