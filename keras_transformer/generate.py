@@ -219,11 +219,13 @@ class SequenceGenerator:
         carry = self._start(ops.convert_to_tensor(source_ids))
         rows = np.arange(batch_size)  # Each carry row's input row; -1: filler.
         sequences = scores = None
+        step = 0
         while True:
-            stop_step = np.int32(int(carry["loop"]["step"]) + self.segment_steps)
+            stop_step = np.int32(step + self.segment_steps)
             carry, active, row_sequences, row_scores = self._segment(carry, stop_step)
             active = ops.convert_to_numpy(active)
-            if int(carry["loop"]["step"]) >= max_length:
+            step = int(carry["loop"]["step"])
+            if step >= max_length:
                 active[:] = False
             if sequences is None:
                 sequences = np.zeros((batch_size, *row_sequences.shape[1:]), np.int32)
