@@ -144,6 +144,11 @@ def simulate_cpu_devices(count: int) -> None:
             os.environ.get("XLA_FLAGS", ""),
         )
         flag = f"--xla_force_host_platform_device_count={count}"
+        if "collective_call_terminate_timeout" not in flags:
+            # The simulated devices share the cores: under load a device
+            # thread can miss an all-reduce for XLA's default 40 s, and XLA
+            # then aborts the process.
+            flags += " --xla_cpu_collective_call_terminate_timeout_seconds=600"
         os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
         import jax
 
