@@ -74,7 +74,8 @@ class SequenceGenerator:
         max_extra_length: output may be this much longer than the source.
             Defaults to 50 (§6.1).
         cached: use the key/value cache. Defaults to True.
-        jit: compile the whole search (XLA / jit). Defaults to True.
+        jit: compile the search, or each segment of it (XLA / jit).
+            Defaults to True.
         allow_unk: let the search generate UNK. Defaults to False: UNK is
             suppressed like PAD and BOS (which are never generated).
         drop_finished: run in segments and drop rows that are done.
