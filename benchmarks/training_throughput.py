@@ -9,14 +9,20 @@ backend and size:
 - target tokens per second (median over the windows), ours and keras-hub,
   and their ratio;
 - MFU: model matmul FLOPs per step (formula in `_common.training_flops`)
-  x steps per second / the best dense float32 matmul rate measured in the
-  same process on the same backend (so "peak" is what this CPU reaches,
-  not a datasheet figure);
+  x steps per second / the best dense matmul rate measured in the same
+  process on the same backend, in the matmul dtype of the row's precision
+  (so "peak" is what this CPU reaches through `keras.ops.matmul`, not a
+  datasheet figure);
 - the process's peak resident memory.
 
 Ours is compiled exactly as `keras-transformer train` compiles it
 (`training.compile_model`: with its three per-token metrics); keras-hub
 gets the same optimizer and loss, no metrics, Keras's default compile.
+
+Each size runs under every dtype policy of `--precisions` (both contenders
+under the same policy); `mixed_bfloat16` pays off on CPUs with native
+bfloat16 matmuls (AVX-512 BF16, AMX), and the backends differ in how they
+use them.
 
 It also reports the share of real tokens in the batches the real pipeline
 builds (token budget 2,048, default buckets) on Multi30k when `--multi30k
@@ -87,31 +93,36 @@ def keras_hub_model(config):
     return keras.Model({"source_ids": source, "target_ids": target}, logits)
 
 
-def _contenders(size: str, vocab_size: int):
+def _contenders(size: str, vocab_size: int, precision: str):
     import keras
 
     from keras_transformer import TransformerConfig, build_transformer, training
 
     config = TransformerConfig.preset(size, vocab_size=vocab_size)
-    options = training.TrainOptions()
-    keras.utils.set_random_seed(0)
-    ours = build_transformer(config)
-    training.compile_model(ours, config, options)
-    keras.utils.set_random_seed(0)
-    hub = keras_hub_model(config)
-    # The same optimizer, schedule and loss; no metrics, Keras's defaults.
-    training.compile_model(hub, config, options, metrics=None)
+    options = training.TrainOptions(precision=precision)
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        keras.utils.set_random_seed(0)
+        ours = build_transformer(config)
+        training.compile_model(ours, config, options)
+        keras.utils.set_random_seed(0)
+        hub = keras_hub_model(config)
+        # The same optimizer, schedule and loss; no metrics, Keras's defaults.
+        training.compile_model(hub, config, options, metrics=None)
+    finally:
+        keras.config.set_dtype_policy(previous)
     return config, {"ours": ours, "keras-hub": hub}
 
 
-def measure_size(size: str, vocab_size: int) -> dict:
+def measure_size(size: str, vocab_size: int, precision: str) -> dict:
     import numpy as np
 
     rows, length, windows, steps = SHAPES[size]
     rng = np.random.default_rng(0)
     ids = rng.integers(4, vocab_size, (rows, length), np.int32)
     inputs = {"source_ids": ids, "target_ids": ids}
-    config, models = _contenders(size, vocab_size)
+    config, models = _contenders(size, vocab_size, precision)
 
     def window(model) -> float:
         # train_on_batch, not one `fit` per window: each `fit` call has a
@@ -133,6 +144,7 @@ def measure_size(size: str, vocab_size: int) -> dict:
     flops_per_token = training_flops(config, rows, length, length) / (rows * length)
     return {
         "size": size,
+        "precision": precision,
         "batch": f"{rows} x {length}",
         "params": {name: m.count_params() for name, m in models.items()},
         "rates": rates,
@@ -140,14 +152,24 @@ def measure_size(size: str, vocab_size: int) -> dict:
     }
 
 
-def child(sizes: list[str], vocab_size: int) -> dict:
+MATMUL_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16"}
+
+
+def child(sizes: list[str], vocab_size: int, precisions: list[str]) -> dict:
     import keras
 
-    peak = best_matmul_flops(MATMUL_SHAPES) / 1e9
-    results = [measure_size(size, vocab_size) for size in sizes]
+    peaks = {
+        precision: best_matmul_flops(MATMUL_SHAPES, MATMUL_DTYPES[precision]) / 1e9
+        for precision in precisions
+    }
+    results = [
+        measure_size(size, vocab_size, precision)
+        for size in sizes
+        for precision in precisions
+    ]
     return {
         "backend": keras.backend.backend(),
-        "matmul_peak_gflops": peak,
+        "matmul_peak_gflops": peaks,
         "sizes": results,
         "peak_rss_mb": peak_rss_mb(),
     }
@@ -186,18 +208,19 @@ def padding_share(multi30k: str | None) -> dict:
 
 def table(results: list[dict]) -> str:
     lines = [
-        "| backend | size | batch | ours tok/s | keras-hub tok/s | ratio "
+        "| backend | size | precision | batch | ours tok/s | keras-hub tok/s | ratio "
         "| GFLOP/token | ours GFLOP/s | matmul peak GFLOP/s | MFU ours "
         "| MFU keras-hub | peak RSS |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- " * 13 + "|",
     ]
     for result in results:
-        peak = result["matmul_peak_gflops"]
         for size in result["sizes"]:
+            peak = result["matmul_peak_gflops"][size["precision"]]
             ours, hub = size["rates"]["ours"], size["rates"]["keras-hub"]
             gflop = size["flops_per_token"] / 1e9
             lines.append(
-                f"| {result['backend']} | {size['size']} | {size['batch']} "
+                f"| {result['backend']} | {size['size']} | {size['precision']} "
+                f"| {size['batch']} "
                 f"| {ours:,.0f} | {hub:,.0f} | {ours / hub:.2f} | {gflop:.3f} "
                 f"| {ours * gflop:,.0f} | {peak:,.0f} | {ours * gflop / peak:.0%} "
                 f"| {hub * gflop / peak:.0%} | {result['peak_rss_mb']:,.0f} MB |"
@@ -210,6 +233,11 @@ def main() -> None:
     parser.add_argument("--backends", default="tensorflow,jax")
     parser.add_argument("--sizes", default="tiny,small,base")
     parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument(
+        "--precisions",
+        default="float32,mixed_bfloat16",
+        help=f"comma-separated dtype policies, of {list(MATMUL_DTYPES)}",
+    )
     parser.add_argument("--multi30k", help="Multi30k directory, for the padding")
     parser.add_argument("--write", action="store_true", help="update the docs")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -218,13 +246,21 @@ def main() -> None:
     unknown = set(sizes) - set(SHAPES)
     if unknown:
         parser.error(f"--sizes: unknown {sorted(unknown)}; expected {list(SHAPES)}")
+    precisions = args.precisions.split(",")
+    unknown = set(precisions) - set(MATMUL_DTYPES)
+    if unknown:
+        parser.error(
+            f"--precisions: unknown {sorted(unknown)}; expected {list(MATMUL_DTYPES)}"
+        )
     if args.child:
-        print("RESULT " + json.dumps(child(sizes, args.vocab_size)), flush=True)
+        result = child(sizes, args.vocab_size, precisions)
+        print("RESULT " + json.dumps(result), flush=True)
         return
     results = []
     for backend in args.backends.split(","):
         command = [sys.executable, __file__, "--child", "--sizes", args.sizes]
         command += ["--vocab-size", str(args.vocab_size)]
+        command += ["--precisions", args.precisions]
         results.append(run_child(command, backend))
         print(table(results[-1:]), flush=True)
     padding = padding_share(args.multi30k)
@@ -238,7 +274,10 @@ def main() -> None:
         "window. MFU = matmul FLOPs per token (formula in "
         "`benchmarks/_common.py`: encoder, decoder, attention and output "
         "projection, x3 for forward and backward) x tokens/s / the best "
-        "float32 matmul rate measured in the same process.\n\n"
+        "matmul rate measured in the same process through `keras.ops.matmul` "
+        "in the precision's matmul dtype (float32, or bfloat16 for "
+        "mixed_bfloat16). Both contenders run under the row's dtype policy."
+        "\n\n"
         + table(results)
         + f"\n\nPadding in the real pipeline's batches ({padding['corpus']}, "
         f"2,048 target tokens per batch, {padding['batches']} batches of "

@@ -24,10 +24,17 @@ def _update_per_token(mean: keras.metrics.Mean, values, real):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedTokenAccuracy(keras.metrics.Mean):
-    """Fraction of real (non-pad) target tokens whose argmax is the label.
+    """Fraction of real (non-pad) target tokens whose label scores highest.
 
     Accumulates correct and real-token counts over batches, so the epoch
     value is per token, not a mean of per-batch ratios.
+
+    A token is correct when the label's score equals the maximum over the
+    vocabulary: argmax's answer, except that a label tied with another entry
+    for the maximum counts as correct (argmax picks the first). It is a max
+    and a gather where argmax is a (value, index) reduction that XLA does
+    not vectorize: 40 -> 2 ms for 64 x 32 tokens x 8,000 words on JAX's
+    CPU, 25 -> 3 ms on TensorFlow's, about 4% of a `small` training step.
 
     Call arguments (`update_state`):
         y_true: (B, T) int labels.
@@ -40,8 +47,9 @@ class MaskedTokenAccuracy(keras.metrics.Mean):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         y_true = ops.cast(y_true, "int32")
-        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
-        correct = ops.cast(ops.equal(predicted, y_true), "float32")
+        best = ops.max(y_pred, axis=-1)
+        label_score = ops.take_along_axis(y_pred, y_true[..., None], axis=-1)
+        correct = ops.cast(ops.greater_equal(label_score[..., 0], best), "float32")
         real = ops.cast(ops.not_equal(y_true, self.pad_id), "float32")
         return _update_per_token(super(), correct, real)
 

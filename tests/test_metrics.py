@@ -65,6 +65,25 @@ def test_probabilities_work_like_logits():
     assert result(a) == pytest.approx(expected)
 
 
+def test_agrees_with_argmax_on_many_random_tokens():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(8, 50, VOCAB)).astype("float32")
+    labels = rng.integers(1, VOCAB, (8, 50))
+    metric = MaskedTokenAccuracy()
+    metric.update_state(labels, logits)
+    expected = (logits.argmax(-1) == labels).mean()
+    assert 0.05 < expected < 0.3  # some right, most wrong: a real check
+    assert result(metric) == pytest.approx(expected)
+
+
+def test_a_label_tied_for_the_maximum_counts_as_correct():
+    logits = np.zeros((1, 2, VOCAB), "float32")
+    logits[0, :, 3] = logits[0, :, 6] = 2.0  # argmax would say 3 for both
+    metric = MaskedTokenAccuracy()
+    metric.update_state(np.array([[6, 4]]), logits)
+    assert result(metric) == pytest.approx(0.5)
+
+
 def test_reset_state():
     metric = MaskedTokenAccuracy()
     metric.update_state(np.array([[4, 5]]), logits_predicting([[4, 5]]))

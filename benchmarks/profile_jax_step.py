@@ -1,0 +1,182 @@
+"""Where a JAX training step's time goes, op by op, from XLA's own trace.
+
+`profile_step.py` finds costs by difference (remove a part, time again) on
+either backend. This one reads them directly on JAX: it traces a few
+compiled training steps with `jax.profiler`, matches every XLA:CPU thunk in
+the trace to its instruction in the optimized HLO (dumped for the run), and
+sums the time per kind of work:
+
+- matmuls: dots (XNNPACK/YNNPACK fusions and plain dots), forward and
+  backward;
+- dropout's random bits: the threefry hash behind `keras.random.dropout`;
+- vocabulary-wide elementwise: softmax, loss and metric work on the
+  (B, T, V) logits, outside the output projection's matmuls;
+- layout copies: transposes and copies XLA inserts between ops;
+- other elementwise: layer norms, attention softmax, residuals, ReLU, the
+  optimizer's update, embedding gathers and their gradients.
+
+Thunks of one step may run concurrently on the CPU's cores, so the sum of
+thunk times can exceed the step's wall time; shares are of the sum.
+
+    KERAS_BACKEND=jax python benchmarks/profile_jax_step.py --size small
+    KERAS_BACKEND=jax python benchmarks/profile_jax_step.py --keras-hub
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+KINDS = (
+    "matmuls",
+    "dropout random bits",
+    "vocabulary-wide elementwise",
+    "layout copies",
+    "other elementwise",
+)
+
+
+def parse_hlo(text: str) -> dict[str, tuple[str, str]]:
+    """Instruction name -> (its definition line, its op_name metadata), for
+    the entry computation's instructions (the ones thunks are named after)."""
+    instructions = {}
+    for line in text.splitlines():
+        match = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (.*)", line)
+        if match and match.group(1) not in instructions:
+            op_name = re.search(r'op_name="([^"]*)"', line)
+            instructions[match.group(1)] = (
+                match.group(2),
+                op_name.group(1) if op_name else "",
+            )
+    return instructions
+
+
+def kind_of(name: str, definition: str, op_name: str, vocab_size: int) -> str:
+    shape = definition.split(" ", 1)[0]
+    if name.startswith("ynn_fusion") or re.match(r"dot(\.\d+)?$", name):
+        return "matmuls"
+    if "_bernoulli" in op_name or "_uniform" in op_name or "threefry" in op_name:
+        return "dropout random bits"
+    if re.search(rf"\b{vocab_size}\b", shape) and "[" in shape:
+        return "vocabulary-wide elementwise"
+    if "copy" in name or "transpose" in name:
+        return "layout copies"
+    return "other elementwise"
+
+
+PHASES = ("forward", "backward", "outside the gradient")
+
+
+def phase(op_name: str) -> str:
+    """Forward and backward ops are under `jvp(` and `transpose(jvp(` in
+    the op names; the optimizer's update and the metrics are under neither."""
+    if "transpose(jvp(" in op_name:
+        return "backward"
+    return "forward" if "jvp(" in op_name else "outside the gradient"
+
+
+def breakdown(trace_events, hlo, steps: int, vocab_size: int) -> dict:
+    """ms per step per (kind, phase) over the traced thunks."""
+    totals = collections.Counter()
+    for event in trace_events:
+        name = event.get("name", "")
+        if event.get("ph") != "X" or name not in hlo:
+            continue
+        definition, op_name = hlo[name]
+        kind = kind_of(name, definition, op_name, vocab_size)
+        totals[kind, phase(op_name)] += event.get("dur", 0) / 1000 / steps
+    return totals
+
+
+def build(args):
+    import keras
+
+    from keras_transformer import TransformerConfig, build_transformer, training
+
+    config = TransformerConfig.preset(args.size, vocab_size=args.vocab_size)
+    keras.utils.set_random_seed(0)
+    if args.keras_hub:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from training_throughput import keras_hub_model
+
+        model = keras_hub_model(config)
+        training.compile_model(model, config, training.TrainOptions(), metrics=None)
+    else:
+        model = build_transformer(config)
+        training.compile_model(model, config, training.TrainOptions())
+    return model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--length", type=int, default=32)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument(
+        "--keras-hub", action="store_true", help="profile the keras-hub assembly"
+    )
+    args = parser.parse_args()
+    if os.environ.get("KERAS_BACKEND") != "jax":
+        parser.error("run with KERAS_BACKEND=jax (this reads XLA:CPU's trace)")
+    work = Path(tempfile.mkdtemp(prefix="profile_jax_step_"))
+    # Set before jax starts: the optimized HLO names every thunk of the trace.
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "")
+        + f" --xla_dump_to={work / 'hlo'} --xla_dump_hlo_as_text"
+        + " --xla_dump_hlo_pass_re=NONE"
+    )
+    import jax
+    import numpy as np
+
+    model = build(args)
+    ids = np.random.default_rng(0).integers(
+        4, args.vocab_size, (args.rows, args.length)
+    )
+    inputs = {"source_ids": ids, "target_ids": ids}
+    for _ in range(2):  # compile, then one warm step
+        model.train_on_batch(inputs, ids)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        model.train_on_batch(inputs, ids)
+    wall_ms = (time.perf_counter() - start) * 1000 / args.steps
+    with jax.profiler.trace(str(work / "trace"), create_perfetto_trace=True):
+        for _ in range(args.steps):
+            model.train_on_batch(inputs, ids)
+    dumps = sorted((work / "hlo").glob("*train_step*after_optimizations.txt"))
+    traces = list((work / "trace").rglob("*.trace.json.gz"))
+    if not dumps or not traces:
+        sys.exit(f"no optimized HLO or trace was written under {work}")
+    hlo = parse_hlo(dumps[-1].read_text())
+    events = json.load(gzip.open(traces[0]))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    totals = breakdown(events, hlo, args.steps, args.vocab_size)
+    summed = sum(totals.values())
+    who = "keras-hub assembly" if args.keras_hub else "ours"
+    print(
+        f"\n{who}, {args.size}, batch {args.rows} x {args.length}, vocabulary "
+        f"{args.vocab_size:,}: {wall_ms:,.0f} ms per step (wall, untraced); XLA "
+        f"thunk time {summed:,.0f} ms per step, by kind\n"
+    )
+    print("| kind | " + " | ".join(f"{p} ms" for p in PHASES) + " | total ms | share |")
+    print("| --- " * (len(PHASES) + 3) + "|")
+    for kind in KINDS:
+        parts = [totals[kind, p] for p in PHASES]
+        cells = " | ".join(f"{part:,.0f}" for part in parts)
+        print(f"| {kind} | {cells} | {sum(parts):,.0f} | {sum(parts) / summed:.0%} |")
+    parts = [sum(totals[kind, p] for kind in KINDS) for p in PHASES]
+    cells = " | ".join(f"{part:,.0f}" for part in parts)
+    print(f"| all | {cells} | {summed:,.0f} | 100% |")
+
+
+if __name__ == "__main__":
+    main()
