@@ -10,6 +10,8 @@ Legend: B batch, S source length, k beam size, L = S + max_extra_length.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from keras import ops, tree
 
@@ -66,6 +68,13 @@ class SequenceGenerator:
     limit; beam: no live hypothesis can still beat its worst finished one),
     so the outputs are those of the search over the whole batch. Each
     smaller batch size is one more compiled shape.
+
+    The segments also size the key/value caches to the steps run so far
+    (twice `segment_steps`, then doubled as the search goes on, at most the
+    output limit) instead of to the output limit from the start: every step
+    attends over, and beam search reorders, the whole cache, so a cache as
+    long as the limit (source + 50) costs most steps several times what the
+    output needs. Each cache length is one more compiled shape too.
 
     Args:
         model: a `Transformer`.
@@ -127,7 +136,7 @@ class SequenceGenerator:
         )
         compile_ = (lambda fn: compile_function(fn, model)) if jit else (lambda f: f)
         self._run = compile_(self.search)
-        self._start = compile_(self.start)
+        self._start = compile_(functools.partial(self.start, growing_cache=True))
         self._segment = compile_(self._advance_segment)
 
     def search(self, source_ids):
@@ -136,9 +145,13 @@ class SequenceGenerator:
         (a TensorFlow graph with unknown dimensions)."""
         return self.result(self.advance(self.start(source_ids)))
 
-    def start(self, source_ids):
+    def start(self, source_ids, growing_cache: bool = False):
         """Encode (B, S) sources and set up the search: returns the carry, a
-        dict of tensors whose leading axis is B or B * k ("step" aside)."""
+        dict of tensors whose leading axis is B or B * k ("step" aside).
+
+        The caches hold the output limit's positions, or with
+        `growing_cache` (static shapes only) those of the first segments,
+        for a caller that grows them (see `cache_length`)."""
         k = self.beam_size
         batch_size, source_length = ops.shape(source_ids)
         max_length = source_length + self.max_extra_length
@@ -151,7 +164,10 @@ class SequenceGenerator:
         carry = {"source_ids": source_ids, "limits": limits}
         if self.cached:
             carry["cross_key_values"] = self.model.cross_key_values(memory)
-            state = self.model.init_decode_cache(rows, max_length)
+            cache_length = max_length
+            if growing_cache:
+                cache_length = self.cache_length(self.segment_steps, max_length)
+            state = self.model.init_decode_cache(rows, cache_length)
         else:
             carry["memory"] = memory
             state = ops.full((rows, max_length + 1), decoding.BOS_ID, "int32")
@@ -203,6 +219,29 @@ class SequenceGenerator:
             carry["loop"], carry["limits"], self.alpha, self.early_stopping
         )
 
+    def cache_length(self, steps: int, max_length: int) -> int:
+        """Cache positions for a search that has run up to `steps` steps:
+        2 x segment_steps x a power of 2 (few distinct shapes), at most
+        `max_length`."""
+        length = 2 * self.segment_steps
+        while length < steps:
+            length *= 2
+        return min(length, max_length)
+
+    def _grow_cache(self, carry, steps: int, max_length: int):
+        """Pad the caches with empty positions to hold `steps` steps."""
+        state = carry["loop"]["state"]
+        current = ops.shape(tree.flatten(state)[0])[2]
+        if current >= min(steps, max_length):
+            return carry
+        extra = self.cache_length(steps, max_length) - current
+
+        def grow(cache):  # (N, H, L, K): empty (zero) positions at the end
+            return ops.pad(cache, [[0, 0], [0, 0], [0, extra], [0, 0]])
+
+        loop = {**carry["loop"], "state": tree.map_structure(grow, state)}
+        return {**carry, "loop": loop}
+
     def _advance_segment(self, carry, stop_step):
         carry = self.advance(carry, stop_step)
         return carry, self.active(carry), *self.result(carry)
@@ -223,6 +262,8 @@ class SequenceGenerator:
         step = 0
         while True:
             stop_step = np.int32(step + self.segment_steps)
+            if self.cached:
+                carry = self._grow_cache(carry, int(stop_step), max_length)
             carry, active, row_sequences, row_scores = self._segment(carry, stop_step)
             active = ops.convert_to_numpy(active)
             step = int(carry["loop"]["step"])

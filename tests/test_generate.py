@@ -299,6 +299,15 @@ def test_dropping_finished_rows_keeps_the_whole_batch_results(
     settings = {"beam_size": beam_size, "max_extra_length": 6, "jit": jit}
     whole = SequenceGenerator(model, drop_finished=False, **settings)
     segmented = SequenceGenerator(model, segment_steps=1, **settings)
+    cache_lengths = []  # (steps run before the segment, cache positions)
+    run_segment = segmented._segment
+
+    def recording_segment(carry, stop_step):
+        cache = carry["loop"]["state"][0][0]
+        cache_lengths.append((int(stop_step) - 1, ops.shape(cache)[2]))
+        return run_segment(carry, stop_step)
+
+    segmented._segment = recording_segment
     expected_sequences, expected_scores = whole(MANY_SOURCES)
     sequences, scores = segmented(MANY_SOURCES)
     np.testing.assert_array_equal(sequences, expected_sequences)
@@ -308,6 +317,12 @@ def test_dropping_finished_rows_keeps_the_whole_batch_results(
     assert all(size == -(-count // 4) for count, size in shrinks), shrinks
     lengths = {len(real_tokens(row)) for row in sequences[:, 0]}
     assert len(lengths) >= 3, sequences[:, 0]
+    # The caches grew with the search (2, 4, 8, then the limit, 14 = 8 + 6),
+    # always one position ahead of the step being run.
+    max_length = MANY_SOURCES.shape[1] + 6
+    grown = sorted({length for _, length in cache_lengths})
+    assert grown == [2, 4, 8, max_length][: len(grown)] and len(grown) >= 3
+    assert all(steps < length for steps, length in cache_lengths), cache_lengths
 
 
 def test_early_stopping_decodes_fewer_rows(model):
