@@ -57,6 +57,11 @@ def check_search_settings(beam_size: int, alpha: float, max_extra_length: int):
         raise ValueError(f"max_extra_length must be >= 1. Received: {max_extra_length}")
 
 
+# Batches of at most this many sentences get caches as long as the output
+# limit from the start (see SequenceGenerator).
+SMALL_BATCH = 4
+
+
 class SequenceGenerator:
     """Greedy (beam_size=1) or beam-search decoding of a Transformer.
 
@@ -74,7 +79,9 @@ class SequenceGenerator:
     output limit) instead of to the output limit from the start: every step
     attends over, and beam search reorders, the whole cache, so a cache as
     long as the limit (source + 50) costs most steps several times what the
-    output needs. Each cache length is one more compiled shape too.
+    output needs. Each cache length is one more compiled shape too, so a
+    batch of at most 4 sentences (a small cache anyway, and the one-sentence
+    CLI call) gets the limit's cache at once.
 
     Args:
         model: a `Transformer`.
@@ -165,7 +172,7 @@ class SequenceGenerator:
         if self.cached:
             carry["cross_key_values"] = self.model.cross_key_values(memory)
             cache_length = max_length
-            if growing_cache:
+            if growing_cache and batch_size > SMALL_BATCH:
                 cache_length = self.cache_length(self.segment_steps, max_length)
             state = self.model.init_decode_cache(rows, cache_length)
         else:
@@ -229,12 +236,19 @@ class SequenceGenerator:
         return min(length, max_length)
 
     def _grow_cache(self, carry, steps: int, max_length: int):
-        """Pad the caches with empty positions to hold `steps` steps."""
+        """Pad the caches with empty positions to hold `steps` steps; a small
+        batch's to the limit at once (one compiled shape fewer)."""
         state = carry["loop"]["state"]
         current = ops.shape(tree.flatten(state)[0])[2]
-        if current >= min(steps, max_length):
+        if ops.shape(carry["limits"])[0] <= SMALL_BATCH:
+            length = max_length
+        elif current < min(steps, max_length):
+            length = self.cache_length(steps, max_length)
+        else:
             return carry
-        extra = self.cache_length(steps, max_length) - current
+        extra = length - current
+        if extra == 0:
+            return carry
 
         def grow(cache):  # (N, H, L, K): empty (zero) positions at the end
             return ops.pad(cache, [[0, 0], [0, 0], [0, extra], [0, 0]])

@@ -283,6 +283,16 @@ MANY_SOURCES = np.array(
 )
 
 
+def test_a_small_batch_gets_the_limits_cache_at_once(model):
+    generator = SequenceGenerator(
+        model, beam_size=1, max_extra_length=6, jit=False, segment_steps=1
+    )
+    small = generator.start(MANY_SOURCES[:4], growing_cache=True)
+    large = generator.start(MANY_SOURCES, growing_cache=True)
+    assert ops.shape(small["loop"]["state"][0][0])[2] == 8 + 6
+    assert ops.shape(large["loop"]["state"][0][0])[2] == 2
+
+
 @pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_dropping_finished_rows_keeps_the_whole_batch_results(
@@ -299,12 +309,13 @@ def test_dropping_finished_rows_keeps_the_whole_batch_results(
     settings = {"beam_size": beam_size, "max_extra_length": 6, "jit": jit}
     whole = SequenceGenerator(model, drop_finished=False, **settings)
     segmented = SequenceGenerator(model, segment_steps=1, **settings)
-    cache_lengths = []  # (steps run before the segment, cache positions)
+    cache_lengths = []  # (sentences, steps run before the segment, positions)
     run_segment = segmented._segment
 
     def recording_segment(carry, stop_step):
         cache = carry["loop"]["state"][0][0]
-        cache_lengths.append((int(stop_step) - 1, ops.shape(cache)[2]))
+        sentences = ops.shape(carry["limits"])[0]
+        cache_lengths.append((sentences, int(stop_step) - 1, ops.shape(cache)[2]))
         return run_segment(carry, stop_step)
 
     segmented._segment = recording_segment
@@ -317,12 +328,18 @@ def test_dropping_finished_rows_keeps_the_whole_batch_results(
     assert all(size == -(-count // 4) for count, size in shrinks), shrinks
     lengths = {len(real_tokens(row)) for row in sequences[:, 0]}
     assert len(lengths) >= 3, sequences[:, 0]
-    # The caches grew with the search (2, 4, 8, then the limit, 14 = 8 + 6),
-    # always one position ahead of the step being run.
+    # The caches grew with the search (2 x segment_steps, doubling, at most
+    # the limit 14 = 8 + 6), always ahead of the step being run; once the
+    # batch holds at most SMALL_BATCH sentences, at the limit.
     max_length = MANY_SOURCES.shape[1] + 6
-    grown = sorted({length for _, length in cache_lengths})
-    assert grown == [2, 4, 8, max_length][: len(grown)] and len(grown) >= 3
-    assert all(steps < length for steps, length in cache_lengths), cache_lengths
+    lengths_run = [length for _, _, length in cache_lengths]
+    assert lengths_run == sorted(lengths_run), cache_lengths
+    assert lengths_run[0] == 2 and len(set(lengths_run)) >= 3, cache_lengths
+    assert set(lengths_run) <= {2, 4, 8, max_length}, cache_lengths
+    for sentences, steps, length in cache_lengths:
+        assert steps < length
+        if sentences <= generate_module.SMALL_BATCH:
+            assert length == max_length, cache_lengths
 
 
 def test_early_stopping_decodes_fewer_rows(model):
