@@ -172,8 +172,10 @@ class SequenceGenerator:
         if self.cached:
             carry["cross_key_values"] = self.model.cross_key_values(memory)
             cache_length = max_length
-            if growing_cache and batch_size > SMALL_BATCH:
-                cache_length = self.cache_length(self.segment_steps, max_length)
+            if growing_cache:
+                cache_length = self.cache_length(
+                    self.segment_steps, max_length, batch_size
+                )
             state = self.model.init_decode_cache(rows, cache_length)
         else:
             carry["memory"] = memory
@@ -226,10 +228,12 @@ class SequenceGenerator:
             carry["loop"], carry["limits"], self.alpha, self.early_stopping
         )
 
-    def cache_length(self, steps: int, max_length: int) -> int:
-        """Cache positions for a search that has run up to `steps` steps:
-        2 x segment_steps x a power of 2 (few distinct shapes), at most
-        `max_length`."""
+    def cache_length(self, steps: int, max_length: int, sentences: int) -> int:
+        """Cache positions for a search of `sentences` rows that has run up
+        to `steps` steps: 2 x segment_steps x a power of 2 (few distinct
+        shapes), at most `max_length`; `max_length` for a small batch."""
+        if sentences <= SMALL_BATCH:
+            return max_length
         length = 2 * self.segment_steps
         while length < steps:
             length *= 2
@@ -240,15 +244,10 @@ class SequenceGenerator:
         batch's to the limit at once (one compiled shape fewer)."""
         state = carry["loop"]["state"]
         current = ops.shape(tree.flatten(state)[0])[2]
-        if ops.shape(carry["limits"])[0] <= SMALL_BATCH:
-            length = max_length
-        elif current < min(steps, max_length):
-            length = self.cache_length(steps, max_length)
-        else:
+        length = self.cache_length(steps, max_length, ops.shape(carry["limits"])[0])
+        if current >= length:
             return carry
         extra = length - current
-        if extra == 0:
-            return carry
 
         def grow(cache):  # (N, H, L, K): empty (zero) positions at the end
             return ops.pad(cache, [[0, 0], [0, 0], [0, extra], [0, 0]])
