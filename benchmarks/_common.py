@@ -151,3 +151,28 @@ def run_child(command: list[str], backend: str) -> dict:
     if out.returncode or not lines:
         sys.exit(f"{backend} run failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
     return json.loads(lines[-1][len("RESULT ") :])
+
+
+def cli_seconds(
+    arguments: list[str], backend: str, cache: str, stdin: str = ""
+) -> float:
+    """Wall time of one `keras-transformer` command, from process start to
+    exit, with `cache` as its compilation-cache root; exits on failure."""
+    import subprocess
+
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": backend,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "KERAS_TRANSFORMER_CACHE": cache,
+    }
+    env.pop("TF_XLA_FLAGS", None)  # the command sets its own cache flag
+    command = [sys.executable, "-m", "keras_transformer", *arguments]
+    start = time.perf_counter()
+    out = subprocess.run(
+        command, input=stdin, env=env, capture_output=True, text=True, check=False
+    )
+    seconds = time.perf_counter() - start
+    if out.returncode or not out.stdout.strip():
+        sys.exit(f"{arguments[0]} failed on {backend}:\n{out.stderr[-3000:]}")
+    return seconds

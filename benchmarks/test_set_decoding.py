@@ -11,7 +11,8 @@ shape and is reported on its own; then the contenders take turns over
 per second, seconds for the whole set (median window) and sacreBLEU. Then the
 CLI's time from start to its first translation (`keras-transformer translate`,
 one sentence on stdin, beam 4), with an empty and then a warm compilation
-cache (JAX keeps compiled programs between runs; TensorFlow does not).
+cache (both backends keep compiled programs between runs; see
+`compilation_cache.py`).
 
     python benchmarks/test_set_decoding.py --run-dir RUN \\
         --multi30k ../shared/data/multi30k
@@ -23,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine_line, run_child, write_section  # noqa: E402
+from _common import cli_seconds, machine_line, run_child, write_section  # noqa: E402
 
 SEARCHES = {"greedy": 1, "beam 4": 4}
 MODES = {"drop finished": True, "whole batch": False}
@@ -127,26 +127,12 @@ def ctranslate2_translate(run_dir: str, beam_size: int, batch_size: int, tokeniz
 
 def first_translation_seconds(run_dir: str, backend: str, cache: str) -> float:
     """Wall time of `keras-transformer translate` on one stdin sentence."""
-    env = {
-        **os.environ,
-        "KERAS_BACKEND": backend,
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "KERAS_TRANSFORMER_CACHE": cache,
-    }
-    command = [sys.executable, "-m", "keras_transformer", "translate"]
-    start = time.perf_counter()
-    out = subprocess.run(
-        [*command, "--run-dir", run_dir],
-        input="A man in a blue shirt is standing on a ladder.\n",
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+    return cli_seconds(
+        ["translate", "--run-dir", run_dir],
+        backend,
+        cache,
+        stdin="A man in a blue shirt is standing on a ladder.\n",
     )
-    seconds = time.perf_counter() - start
-    if out.returncode or not out.stdout.strip():
-        sys.exit(f"translate failed on {backend}:\n{out.stderr[-3000:]}")
-    return seconds
 
 
 def table(results: list[dict]) -> str:

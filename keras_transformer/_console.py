@@ -15,13 +15,19 @@ import sys
 import threading
 
 # Lines native code prints while TensorFlow and JAX start, whatever
-# TF_CPP_MIN_LOG_LEVEL says: CUDA probing on a machine without a GPU, and
-# absl's notice that it logs before it is initialised.
+# TF_CPP_MIN_LOG_LEVEL says: CUDA probing on a machine without a GPU, absl's
+# notice that it logs before it is initialised, oneDNN's notice. And two
+# error-level lines TensorFlow logs on every hit of its XLA compilation cache
+# (see `compile.enable_compilation_cache`), both harmless: it tries the entry
+# as text before it reads it as binary, and it lists two tuning flags of the
+# compiled code as features the CPU lacks.
 _installed = False
 _START_UP_NOISE = re.compile(
     rb"cudart_stub\.cc|cuda_platform\.cc|cuda_(dnn|blas|fft)\.cc|"
     rb"absl::InitializeLog|Unable to register cu(DNN|FFT|BLAS) factory|"
-    rb"computation_placer\.cc|TF-TRT Warning"
+    rb"computation_placer\.cc|TF-TRT Warning|oneDNN custom operations are on|"
+    rb"Error parsing text-format tensorflow\.XlaSerializedCacheEntry|"
+    rb"Target machine feature \+prefer-no-(gather|scatter) is not +supported"
 )
 
 
