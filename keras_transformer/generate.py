@@ -25,10 +25,10 @@ def cached_step_fn(model, source_ids, memory):
     return _cached_step_fn(model, source_ids, model.cross_key_values(memory))
 
 
-def _cached_step_fn(model, source_ids, cross_key_values):
+def _cached_step_fn(model, source_ids, cross_key_values, beams: int = 1):
     def step_fn(tokens, step, cache):
         logits, cache = model.decode_step(
-            tokens, step, cache, cross_key_values, source_ids
+            tokens, step, cache, cross_key_values, source_ids, beams
         )
         return logits[:, -1], cache
 
@@ -166,10 +166,10 @@ class SequenceGenerator:
         memory = self.model.encode(source_ids)
         if k > 1:  # Every beam of a sentence sees the same source.
             source_ids = ops.repeat(source_ids, k, axis=0)
-            memory = ops.repeat(memory, k, axis=0)
         rows = batch_size * k
         carry = {"source_ids": source_ids, "limits": limits}
         if self.cached:
+            # One row per sentence: its beams share them (see `decode_step`).
             carry["cross_key_values"] = self.model.cross_key_values(memory)
             cache_length = max_length
             if growing_cache:
@@ -178,7 +178,7 @@ class SequenceGenerator:
                 )
             state = self.model.init_decode_cache(rows, cache_length)
         else:
-            carry["memory"] = memory
+            carry["memory"] = ops.repeat(memory, k, axis=0) if k > 1 else memory
             state = ops.full((rows, max_length + 1), decoding.BOS_ID, "int32")
         if k == 1:
             carry["loop"] = decoding.greedy_start(state, limits, max_length)
@@ -192,7 +192,9 @@ class SequenceGenerator:
         source_ids = carry["source_ids"]
         max_length = ops.shape(source_ids)[1] + self.max_extra_length
         if self.cached:
-            step_fn = _cached_step_fn(self.model, source_ids, carry["cross_key_values"])
+            step_fn = _cached_step_fn(
+                self.model, source_ids, carry["cross_key_values"], self.beam_size
+            )
         else:
             step_fn = uncached_step_fn(self.model, source_ids, carry["memory"])
         settings = {"stop_step": stop_step, "suppressed_ids": self.suppressed_ids}

@@ -251,11 +251,16 @@ class Transformer(keras.Model):
             for block in self._parts.decoder_blocks
         ]
 
-    def decode_step(self, target_ids, step, cache, cross_key_values, source_ids):
+    def decode_step(
+        self, target_ids, step, cache, cross_key_values, source_ids, beams: int = 1
+    ):
         """Logits for `target_ids` (B, T_new) at positions step..step+T_new-1.
 
         Uses and returns the per-layer self-attention caches; the result
-        equals `decode` on the whole prefix at those positions.
+        equals `decode` on the whole prefix at those positions. `source_ids`
+        has B rows; `cross_key_values` has B / `beams` (beam search: the
+        `beams` consecutive rows of a source's hypotheses share its
+        cross-attention keys/values; see `DecoderBlock.decode_step`).
 
         Returns:
             ((B, T_new, V) float32 logits, updated cache list).
@@ -279,7 +284,7 @@ class Transformer(keras.Model):
             parts.decoder_blocks, cache, cross_key_values
         ):
             y, layer_cache = block.decode_step(
-                y, layer_cache, key_value, step, self_mask, cross_mask
+                y, layer_cache, key_value, step, self_mask, cross_mask, beams
             )
             new_cache.append(layer_cache)
         return _logits(parts, y), new_cache

@@ -388,6 +388,31 @@ def test_decode_step_with_a_prompt_chunk(model):
         np.testing.assert_allclose(to_numpy(logits)[:, 0], expected[:, step], atol=1e-4)
 
 
+@pytest.mark.parametrize("beams", [2, 3])
+def test_decode_step_shares_a_sources_cross_key_values_among_its_beams(model, beams):
+    """`beams` hypotheses per source, consecutive rows, reading one copy of
+    its cross-attention keys/values: the logits of each row equal those of
+    a row with its own copy (beams=1), one position or a chunk at a time."""
+    rng = np.random.default_rng(7)
+    targets = rng.integers(4, 50, (B * beams, T)).astype("int32")
+    targets[:, 0] = 2
+    sources = np.repeat(SOURCE, beams, axis=0)
+    shared = model.cross_key_values(model.encode(SOURCE))
+    assert all(tuple(k.shape) == (B, 4, S, 8) for k, _ in shared)
+    copies = model.cross_key_values(model.encode(sources))
+    cache_shared = cache_copies = model.init_decode_cache(B * beams, T + 2)
+    for start, stop in ((0, 3), (3, 4), (4, T)):
+        chunk = targets[:, start:stop]
+        got, cache_shared = model.decode_step(
+            chunk, start, cache_shared, shared, sources, beams=beams
+        )
+        want, cache_copies = model.decode_step(
+            chunk, start, cache_copies, copies, sources
+        )
+        assert tuple(got.shape) == (B * beams, stop - start, 50)
+        np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
+
+
 def test_keras_load_model_after_importing_the_package_alone(tmp_path):
     """A fresh process that only imports the package can load a `.keras`
     file with `keras.saving.load_model` (the classes are registered on

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+from keras import ops
 
 from keras_transformer.layers.encoder_block import EncoderBlock
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
@@ -105,6 +106,7 @@ class DecoderBlock(EncoderBlock):
         cache_index,
         self_attention_mask,
         cross_attention_mask,
+        beams: int = 1,
     ):
         """Run new positions against the caches (inference only).
 
@@ -112,12 +114,15 @@ class DecoderBlock(EncoderBlock):
             inputs: (B, T_new, D) hidden states of the new positions.
             cache: (key_cache, value_cache), each (B, H, L_max, K): this
                 layer's self-attention keys/values for earlier positions.
-            cross_key_value: (keys, values), each (B, H, S, K), from
+            cross_key_value: (keys, values), each (B / beams, H, S, K), from
                 `cross_attention.project_key_value_cache(memory)`.
             cache_index: int or scalar tensor; position of inputs[:, 0].
             self_attention_mask: bool (B, T_new, L_max); True only for cache
                 slots already written (<= the query's position).
             cross_attention_mask: bool (B, T_new, S).
+            beams: int. Rows of `inputs` per row of `cross_key_value`: the
+                hypotheses of one source in beam search, `beams`
+                consecutive rows that share its keys/values. Defaults to 1.
 
         Returns:
             (outputs (B, T_new, D), updated cache).
@@ -133,10 +138,21 @@ class DecoderBlock(EncoderBlock):
             return output, (key_cache, value_cache)
 
         def cross_attend(hidden):
+            if beams == 1:
+                output = self.cross_attention.attend_cache(
+                    hidden, *cross_key_value, cross_attention_mask
+                )
+                return output, None
+            # A source's beams attend as extra query positions of one row, so
+            # its keys/values are stored and read once, not once per beam.
+            steps, width = ops.shape(hidden)[1], ops.shape(hidden)[2]
+            source_length = ops.shape(cross_attention_mask)[2]
             output = self.cross_attention.attend_cache(
-                hidden, *cross_key_value, cross_attention_mask
+                ops.reshape(hidden, (-1, beams * steps, width)),
+                *cross_key_value,
+                ops.reshape(cross_attention_mask, (-1, beams * steps, source_length)),
             )
-            return output, None
+            return ops.reshape(output, (-1, steps, width)), None
 
         x, new_cache, _ = self._forward(inputs, self_attend, cross_attend, False)
         return x, new_cache
