@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -65,15 +67,30 @@ def test_tensorflow_cache_keeps_the_users_other_xla_flags(tmp_path, monkeypatch)
     )
 
 
+def _unwritable_directory():
+    """An existing directory this process cannot create files in (root
+    cannot either in /sys), or None."""
+    directory = Path("/sys/kernel")
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return None
+    except OSError:
+        return directory if directory.is_dir() else None
+
+
 @tensorflow_only
-@pytest.mark.parametrize("problem", ["under a file", "with a space"])
+@pytest.mark.parametrize("problem", ["under a file", "not writable", "with a space"])
 def test_tensorflow_cache_that_cannot_be_used_is_left_off_with_a_warning(
     tmp_path, monkeypatch, problem
 ):
     monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
     if problem == "under a file":
         (tmp_path / "file").write_text("not a directory")
-        directory, message = tmp_path / "file" / "xla", "cannot create it"
+        directory, message = tmp_path / "file" / "xla", "cannot write there"
+    elif problem == "not writable":
+        directory, message = _unwritable_directory(), "cannot write there"
+        if directory is None:
+            pytest.skip("no unwritable directory on this machine")
     else:
         directory, message = tmp_path / "my cache", "path with spaces"
     with pytest.warns(UserWarning, match=message) as caught:
