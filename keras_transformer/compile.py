@@ -65,12 +65,12 @@ def enable_compilation_cache(
     machine code compiled for this CPU and loaded after only a warning on
     another, and may not load in another version, so the default keeps one
     directory per version and CPU type. A directory already in `TF_XLA_FLAGS`
-    is left as it is. TensorFlow reads its XLA flags once, when it first
-    compiles with XLA, so call this before any compiled function runs. A
-    cache hit costs the loading but not the compiling: `evaluate` of
-    Multi30k test2016 with beam 4 took 41 s instead of 54 (all of it, from
-    process start; docs/benchmarks.md, "Compilation caches").
-    TensorFlow logs two harmless error-level lines per hit (a text-format
+    is left as it is (an empty one turns the cache off). TensorFlow reads
+    its XLA flags once, when it first compiles with XLA, so call this before
+    any compiled function runs. A cache hit costs the loading but not the
+    compiling: `evaluate` of Multi30k test2016 with beam 4 took 41 s instead
+    of 54 (all of it, from process start; docs/benchmarks.md, "Compilation
+    caches"). TensorFlow logs two harmless error-level lines per hit (a text-format
     parse it falls back from, and tuning flags of the compiled code); the
     command line hides them.
 
@@ -115,9 +115,9 @@ _TF_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
 
 def _enable_tensorflow_cache(directory) -> Path | None:
     flags = os.environ.get("TF_XLA_FLAGS", "")
-    configured = re.search(rf"{_TF_CACHE_FLAG}=(\S+)", flags)
-    if configured:
-        return Path(configured.group(1))
+    configured = re.search(rf"(?:^|\s){_TF_CACHE_FLAG}=(\S*)", flags)
+    if configured:  # The user's choice, an empty one (no cache) included.
+        return Path(configured.group(1)) if configured.group(1) else None
     if directory is None:
         import tensorflow as tf  # noqa: TID251 - its version keys the cache
 

@@ -59,6 +59,15 @@ def test_tensorflow_cache_is_per_version_and_machine_and_respects_a_user_setting
 
 
 @tensorflow_only
+def test_tensorflow_cache_left_off_when_the_user_turned_it_off(tmp_path, monkeypatch):
+    flags = "--tf_xla_persistent_cache_directory= --tf_xla_auto_jit=0"
+    monkeypatch.setenv("TF_XLA_FLAGS", flags)
+    assert enable_compilation_cache(tmp_path / "xla") is None
+    assert os.environ["TF_XLA_FLAGS"] == flags
+    assert not (tmp_path / "xla").exists()
+
+
+@tensorflow_only
 def test_tensorflow_cache_keeps_the_users_other_xla_flags(tmp_path, monkeypatch):
     monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=0")
     assert enable_compilation_cache(tmp_path / "xla") == tmp_path / "xla"
