@@ -21,6 +21,8 @@ from pathlib import Path
 
 import keras
 
+from keras_transformer._user_cache import user_cache_root
+
 # Programs that took less than this to compile are not worth a disk read.
 _CACHE_MIN_COMPILE_SECONDS = 0.5
 
@@ -91,18 +93,13 @@ def enable_compilation_cache(
     return None
 
 
-def _cache_root() -> Path:
-    root = os.environ.get("KERAS_TRANSFORMER_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "keras_transformer"
-
-
 def _enable_jax_cache(directory) -> Path:
     import jax  # noqa: TID251 - the JAX compiler itself
 
     configured = jax.config.jax_compilation_cache_dir
     if configured:
         return Path(configured)
-    directory = Path(directory) if directory is not None else _cache_root() / "jax"
+    directory = Path(directory) if directory is not None else user_cache_root() / "jax"
     jax.config.update("jax_compilation_cache_dir", str(directory))
     jax.config.update(
         "jax_persistent_cache_min_compile_time_secs", _CACHE_MIN_COMPILE_SECONDS
@@ -121,7 +118,8 @@ def _enable_tensorflow_cache(directory) -> Path | None:
     if directory is None:
         import tensorflow as tf  # noqa: TID251 - its version keys the cache
 
-        directory = _cache_root() / "tensorflow" / f"{tf.__version__}-{machine_key()}"
+        version = f"{tf.__version__}-{machine_key()}"
+        directory = user_cache_root() / "tensorflow" / version
     directory = Path(directory).absolute()
     problem = None
     if re.search(r"\s", str(directory)):

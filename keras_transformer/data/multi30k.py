@@ -21,6 +21,7 @@ import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
+from keras_transformer._user_cache import user_cache_root
 from keras_transformer.data.text_files import (
     DataError,
     ParallelCorpus,
@@ -58,7 +59,6 @@ MULTI30K_SHA256 = {
 """SHA-256 of each downloadable Multi30k file (the gzip bytes as served)."""
 
 _MULTI30K_LANGS = ("en", "de")
-_CACHE_ENV = "KERAS_TRANSFORMER_CACHE"
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
@@ -215,10 +215,7 @@ def download_file(
 
 
 def _default_cache_dir() -> Path:
-    root = os.environ.get(_CACHE_ENV)
-    if root:
-        return Path(root).expanduser() / "multi30k"
-    return Path.home() / ".cache" / "keras_transformer" / "multi30k"
+    return user_cache_root() / "multi30k"
 
 
 def _local_multi30k_file(data_dir: Path, stem: str, lang: str) -> Path:
