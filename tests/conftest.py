@@ -34,6 +34,6 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True, scope="session")
 def _compilation_cache(tmp_path_factory):
-    """The CLI's JAX compilation cache goes to the session's temporary
+    """The CLI's compilation caches go to the session's temporary
     directory (shared by the CLI subprocesses), never to the user's home."""
     os.environ["KERAS_TRANSFORMER_CACHE"] = str(tmp_path_factory.mktemp("cache"))
