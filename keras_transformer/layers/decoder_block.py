@@ -138,13 +138,9 @@ class DecoderBlock(EncoderBlock):
             return output, (key_cache, value_cache)
 
         def cross_attend(hidden):
-            if beams == 1:
-                output = self.cross_attention.attend_cache(
-                    hidden, *cross_key_value, cross_attention_mask
-                )
-                return output, None
             # A source's beams attend as extra query positions of one row, so
-            # its keys/values are stored and read once, not once per beam.
+            # its keys/values are stored and read once, not once per beam
+            # (with one beam the reshapes change nothing).
             steps, width = ops.shape(hidden)[1], ops.shape(hidden)[2]
             source_length = ops.shape(cross_attention_mask)[2]
             output = self.cross_attention.attend_cache(
