@@ -28,6 +28,7 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from keras_transformer.callbacks import (
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.datasets import load_dataset
 from keras_transformer.data.pipeline import (
+    DEFAULT_BUCKETS,
     BucketedBatches,
     DataPosition,
     FilterReport,
@@ -183,10 +185,12 @@ def prepare_batches(
     splits: dict[str, Any],
     tokenizer,
     plan: DistributionPlan | None = None,
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
 ) -> TrainingData:
-    """Token-budget batches of the training and validation splits."""
+    """Token-budget batches of the training and validation splits, padded
+    to the lengths of `buckets` up to `options.max_length`."""
     plan = plan or DistributionPlan("none")
-    buckets = bucket_lengths(options.max_length)
+    buckets = bucket_lengths(options.max_length, buckets)
     common = dict(
         tokens_per_batch=options.tokens_per_batch,
         buckets=buckets,

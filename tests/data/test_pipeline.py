@@ -298,10 +298,39 @@ def test_filter_report_summary():
 
 
 def test_bucket_lengths():
-    assert bucket_lengths(128) == (8, 16, 24, 32, 48, 64, 96, 128)
-    assert bucket_lengths(100) == (8, 16, 24, 32, 48, 64, 96, 100)
-    assert bucket_lengths(8) == (8,)
+    short = (4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64)
+    assert bucket_lengths(128) == (*short, 96, 128)
+    assert bucket_lengths(100) == (*short, 96, 100)
+    assert bucket_lengths(8) == (4, 8)
+    assert bucket_lengths(3) == (3,)
     assert bucket_lengths(20, buckets=(4, 10)) == (4, 10, 20)
+
+
+def test_default_buckets_keep_sentence_length_padding_low():
+    """Sentence-like lengths (6 to 27 tokens, as Multi30k's): with the
+    default buckets, every 4 tokens up to 32, real tokens are over 80% of
+    the padded targets; with buckets every 8 tokens (the earlier default)
+    under 77% (81.8% and 75.7% here; 88.7% and 79.3% on Multi30k's
+    training set)."""
+    rng = random.Random(3)
+    lengths = [min(max(int(rng.gauss(14, 4)), 6), 27) for _ in range(3000)]
+    source = [[4 + (i % 90)] * n for i, n in enumerate(lengths)]
+    target = [
+        [5 + (i % 90)] * max(n - rng.randint(-2, 2), 1) for i, n in enumerate(lengths)
+    ]
+
+    def real_share(buckets):
+        batches = BucketedBatches(
+            source, target, tokens_per_batch=2048, buckets=buckets, seed=0
+        )
+        real = padded = 0
+        for _, labels, _ in all_batches(batches):
+            real += int(np.count_nonzero(labels))
+            padded += labels.size
+        return real / padded
+
+    assert real_share(bucket_lengths(128)) > 0.80
+    assert real_share((8, 16, 24, 32, 48, 64, 96, 128)) < 0.77
 
 
 # --- pad_batch ------------------------------------------------------------------
