@@ -23,9 +23,10 @@ from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
 # Padded lengths. Every 4 tokens up to 32, where most sentences of the
 # usual corpora fall: on Multi30k, against buckets every 8 tokens, real
 # tokens rise from 79% to 89% of the padded target tokens (72% to 80% of
-# the source's), so a batch of the same padded budget carries 11% more real
-# tokens in the same step time, for 3 more batch shapes to compile
-# (docs/benchmarks.md, "Length buckets").
+# the source's), so a batch of the same padded budget carries 12% more real
+# tokens in about the same step time (10% to 14% more real tokens per
+# second measured), for 3 more batch shapes to compile (docs/benchmarks.md,
+# "Length buckets").
 DEFAULT_BUCKETS = (4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 96, 128, 192, 256)
 
 
