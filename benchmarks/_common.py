@@ -120,6 +120,23 @@ def training_flops(config, batch: int, source_length: int, target_length: int):
     return 3 * forward * batch
 
 
+def real_token_shares(batches) -> dict[str, float]:
+    """Real / padded target and source tokens over one epoch of a
+    `BucketedBatches` (its empty filler batches skipped)."""
+    import numpy as np
+
+    real = padded = real_source = padded_source = 0
+    for index in range(len(batches)):
+        inputs, labels, _ = batches[index]
+        if labels.size == 0:
+            continue
+        real += int(np.count_nonzero(labels))
+        padded += labels.size
+        real_source += int(np.count_nonzero(inputs["source_ids"]))
+        padded_source += inputs["source_ids"].size
+    return {"target": real / padded, "source": real_source / padded_source}
+
+
 def write_section(heading: str, text: str) -> None:
     """Replace (or append) the `### heading` section of docs/benchmarks.md."""
     heading = f"### {heading}"

@@ -30,7 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import machine_line, run_child, write_section  # noqa: E402
+from _common import (  # noqa: E402
+    machine_line,
+    real_token_shares,
+    run_child,
+    write_section,
+)
 
 # name -> padded lengths (those below --max-length, then --max-length).
 BUCKET_SETS = {
@@ -41,7 +46,6 @@ BUCKET_SETS = {
 
 def contenders(multi30k: str | None) -> tuple[list[dict], int]:
     import keras
-    import numpy as np
 
     from keras_transformer import training
     from keras_transformer.data.datasets import DatasetSpec
@@ -57,17 +61,12 @@ def contenders(multi30k: str | None) -> tuple[list[dict], int]:
         data = training.prepare_batches(
             options, splits, tokenizer, buckets=buckets or DEFAULT_BUCKETS
         ).train
-        real = padded = real_source = padded_source = 0
         first_of_shape = {}
         for index in range(len(data)):
-            inputs, labels, _ = data[index]
-            if labels.size == 0:
-                continue
-            first_of_shape.setdefault(labels.shape, index)
-            real += int(np.count_nonzero(labels))
-            padded += labels.size
-            real_source += int(np.count_nonzero(inputs["source_ids"]))
-            padded_source += inputs["source_ids"].size
+            labels = data[index][1]
+            if labels.size:
+                first_of_shape.setdefault(labels.shape, index)
+        shares = real_token_shares(data)
         keras.utils.set_random_seed(0)
         model = training.build_model(options, config)
         start = time.perf_counter()
@@ -84,8 +83,8 @@ def contenders(multi30k: str | None) -> tuple[list[dict], int]:
                 "epoch_batches": len(data),
                 "shapes": len(first_of_shape),
                 "compile_s": time.perf_counter() - start,
-                "target_share": real / padded,
-                "source_share": real_source / padded_source,
+                "target_share": shares["target"],
+                "source_share": shares["source"],
             }
         )
     return runs, len(splits["train"].source)

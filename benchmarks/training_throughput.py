@@ -47,6 +47,7 @@ from _common import (  # noqa: E402
     best_matmul_flops,
     machine_line,
     peak_rss_mb,
+    real_token_shares,
     run_child,
     training_flops,
     write_section,
@@ -178,8 +179,6 @@ def child(sizes: list[str], vocab_size: int, precisions: list[str]) -> dict:
 def padding_share(multi30k: str | None) -> dict:
     """Real / padded target (and source) tokens over one epoch of the real
     pipeline's batches."""
-    import numpy as np
-
     from keras_transformer import training
     from keras_transformer.data.datasets import DatasetSpec
 
@@ -188,21 +187,11 @@ def padding_share(multi30k: str | None) -> dict:
     splits = training.load_splits(options)
     tokenizer = training.prepare_tokenizer(options, splits)
     data = training.prepare_batches(options, splits, tokenizer).train
-    real = padded = real_source = padded_source = 0
-    for index in range(len(data)):
-        inputs, labels, _ = data[index]
-        if labels.size == 0:
-            continue
-        real += int(np.count_nonzero(labels))
-        padded += labels.size
-        real_source += int(np.count_nonzero(inputs["source_ids"]))
-        padded_source += inputs["source_ids"].size
     return {
         "corpus": "Multi30k train" if multi30k else "built-in corpus",
         "batches": len(data),
         "shapes": len(data.shapes()),
-        "target": real / padded,
-        "source": real_source / padded_source,
+        **real_token_shares(data),
     }
 
 
