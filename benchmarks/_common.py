@@ -1,8 +1,10 @@
 """Shared by the benchmark scripts: machine facts, model FLOPs, the matmul
-peak, peak memory, and writing a section of docs/benchmarks.md."""
+peak, peak memory, the step profiles' model and table, and writing a
+section of docs/benchmarks.md."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import resource
@@ -193,3 +195,65 @@ def cli_seconds(
     if out.returncode or not out.stdout.strip():
         sys.exit(f"{arguments[0]} failed on {backend}:\n{out.stderr[-3000:]}")
     return seconds
+
+
+def profile_arguments(description: str) -> argparse.ArgumentParser:
+    """The options both step profiles take."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--size", default="small")
+    parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--length", type=int, default=32)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument(
+        "--keras-hub", action="store_true", help="profile the keras-hub assembly"
+    )
+    return parser
+
+
+def profiled_model(args):
+    """The model to profile, compiled as `keras-transformer train` does (the
+    keras-hub assembly: the same loss and optimizer, no metrics), warmed up;
+    returns it, one step's inputs and labels, and its untraced ms per step."""
+    import keras
+    import numpy as np
+
+    from keras_transformer import TransformerConfig, build_transformer, training
+
+    config = TransformerConfig.preset(args.size, vocab_size=args.vocab_size)
+    keras.utils.set_random_seed(0)
+    if args.keras_hub:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from training_throughput import keras_hub_model
+
+        model = keras_hub_model(config)
+        training.compile_model(model, config, training.TrainOptions(), metrics=None)
+    else:
+        model = build_transformer(config)
+        training.compile_model(model, config, training.TrainOptions())
+    ids = np.random.default_rng(0).integers(
+        4, args.vocab_size, (args.rows, args.length)
+    )
+    inputs = {"source_ids": ids, "target_ids": ids}
+    for _ in range(2):  # compile, then one warm step
+        model.train_on_batch(inputs, ids)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        model.train_on_batch(inputs, ids)
+    wall_ms = (time.perf_counter() - start) * 1000 / args.steps
+    return model, inputs, ids, wall_ms
+
+
+def print_breakdown(title: str, totals, kinds, phases) -> None:
+    """A (kind x phase) table of ms per step, with each kind's share."""
+    summed = sum(totals.values())
+    print(f"\n{title}\n")
+    print("| kind | " + " | ".join(f"{p} ms" for p in phases) + " | total ms | share |")
+    print("| --- " * (len(phases) + 3) + "|")
+    for kind in kinds:
+        parts = [totals[kind, p] for p in phases]
+        cells = " | ".join(f"{part:,.0f}" for part in parts)
+        print(f"| {kind} | {cells} | {sum(parts):,.0f} | {sum(parts) / summed:.0%} |")
+    parts = [sum(totals[kind, p] for kind in kinds) for p in phases]
+    cells = " | ".join(f"{part:,.0f}" for part in parts)
+    print(f"| all | {cells} | {summed:,.0f} | 100% |")

@@ -24,7 +24,6 @@ thunk times can exceed the step's wall time; shares are of the sum.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import gzip
 import json
@@ -32,8 +31,10 @@ import os
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import print_breakdown, profile_arguments, profiled_model  # noqa: E402
 
 KINDS = (
     "matmuls",
@@ -96,35 +97,8 @@ def breakdown(trace_events, hlo, steps: int, vocab_size: int) -> dict:
     return totals
 
 
-def build(args):
-    import keras
-
-    from keras_transformer import TransformerConfig, build_transformer, training
-
-    config = TransformerConfig.preset(args.size, vocab_size=args.vocab_size)
-    keras.utils.set_random_seed(0)
-    if args.keras_hub:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from training_throughput import keras_hub_model
-
-        model = keras_hub_model(config)
-        training.compile_model(model, config, training.TrainOptions(), metrics=None)
-    else:
-        model = build_transformer(config)
-        training.compile_model(model, config, training.TrainOptions())
-    return model
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="small")
-    parser.add_argument("--rows", type=int, default=64)
-    parser.add_argument("--length", type=int, default=32)
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument(
-        "--keras-hub", action="store_true", help="profile the keras-hub assembly"
-    )
+    parser = profile_arguments(__doc__.splitlines()[0])
     args = parser.parse_args()
     if os.environ.get("KERAS_BACKEND") != "jax":
         parser.error("run with KERAS_BACKEND=jax (this reads XLA:CPU's trace)")
@@ -136,19 +110,8 @@ def main() -> None:
         + " --xla_dump_hlo_pass_re=NONE"
     )
     import jax
-    import numpy as np
 
-    model = build(args)
-    ids = np.random.default_rng(0).integers(
-        4, args.vocab_size, (args.rows, args.length)
-    )
-    inputs = {"source_ids": ids, "target_ids": ids}
-    for _ in range(2):  # compile, then one warm step
-        model.train_on_batch(inputs, ids)
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        model.train_on_batch(inputs, ids)
-    wall_ms = (time.perf_counter() - start) * 1000 / args.steps
+    model, inputs, ids, wall_ms = profiled_model(args)
     with jax.profiler.trace(str(work / "trace"), create_perfetto_trace=True):
         for _ in range(args.steps):
             model.train_on_batch(inputs, ids)
@@ -160,22 +123,15 @@ def main() -> None:
     events = json.load(gzip.open(traces[0]))
     events = events["traceEvents"] if isinstance(events, dict) else events
     totals = breakdown(events, hlo, args.steps, args.vocab_size)
-    summed = sum(totals.values())
     who = "keras-hub assembly" if args.keras_hub else "ours"
-    print(
-        f"\n{who}, {args.size}, batch {args.rows} x {args.length}, vocabulary "
+    print_breakdown(
+        f"{who}, {args.size}, batch {args.rows} x {args.length}, vocabulary "
         f"{args.vocab_size:,}: {wall_ms:,.0f} ms per step (wall, untraced); XLA "
-        f"thunk time {summed:,.0f} ms per step, by kind\n"
+        f"thunk time {sum(totals.values()):,.0f} ms per step, by kind",
+        totals,
+        KINDS,
+        PHASES,
     )
-    print("| kind | " + " | ".join(f"{p} ms" for p in PHASES) + " | total ms | share |")
-    print("| --- " * (len(PHASES) + 3) + "|")
-    for kind in KINDS:
-        parts = [totals[kind, p] for p in PHASES]
-        cells = " | ".join(f"{part:,.0f}" for part in parts)
-        print(f"| {kind} | {cells} | {sum(parts):,.0f} | {sum(parts) / summed:.0%} |")
-    parts = [sum(totals[kind, p] for kind in KINDS) for p in PHASES]
-    cells = " | ".join(f"{part:,.0f}" for part in parts)
-    print(f"| all | {cells} | {summed:,.0f} | 100% |")
 
 
 if __name__ == "__main__":

@@ -206,14 +206,15 @@ def prepare_batches(
     )
     valid = None
     if "valid" in splits and len(splits["valid"]):
-        # Validation pairs are never dropped for length: only the budget of
-        # the longest bucket changes.
+        # Validation pairs are never dropped for length: the last bucket is
+        # the smallest that holds the longest pair (the pair's own length
+        # past --max-length), so no pair pads further than it must.
         corpus = splits["valid"]
         source = tokenizer.encode(corpus.source)
         target = tokenizer.encode(corpus.target)
         longest = max(max(len(s), len(t) + 1) for s, t in zip(source, target))
         valid_buckets = tuple(b for b in buckets if b < longest) + (
-            max(longest, buckets[-1]),
+            min((b for b in buckets if b >= longest), default=longest),
         )
         budget = max(options.tokens_per_batch, valid_buckets[-1] * plan.num_replicas)
         valid = BucketedBatches(

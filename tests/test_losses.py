@@ -8,7 +8,13 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.losses import LabelSmoothedCrossEntropy, smoothed_token_losses
+from keras_transformer.losses import (
+    LabelSmoothedCrossEntropy,
+    _label_logits,
+    _label_logits_by_gather,
+    _label_logits_by_mask,
+    smoothed_token_losses,
+)
 
 VOCAB = 11
 
@@ -151,6 +157,20 @@ def test_gradient_is_softmax_minus_smoothed_targets(epsilon):
     targets = np.full(logits.shape, epsilon / (VOCAB - 1))
     np.put_along_axis(targets, labels[..., None], 1.0 - epsilon, axis=-1)
     np.testing.assert_allclose(got, softmax - targets, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "label_logits", [_label_logits, _label_logits_by_gather, _label_logits_by_mask]
+)
+def test_label_logits_pick_exactly_the_label_entry(label_logits):
+    # The masked sum (TensorFlow's way: the gather's gradient is a slow
+    # scatter there) adds zeros to the label's logit, so both ways must
+    # equal NumPy's gather bit for bit.
+    labels, logits = random_batch(seed=12, vocab=32000)
+    logits = logits * 7.0
+    got = keras.ops.convert_to_numpy(label_logits(logits, labels))
+    expected = np.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_large_vocabulary_keeps_float32_precision():

@@ -14,6 +14,7 @@ import pytest
 from keras_transformer import training
 from keras_transformer.callbacks import TrainingDiverged
 from keras_transformer.checkpoints import list_checkpoints
+from keras_transformer.data.text_files import ParallelCorpus
 from keras_transformer.run_directory import RunConflict, RunDirectory
 from keras_transformer.training import TrainingInterrupted, TrainOptions, train
 from tests.helpers import training_options, write_training_corpus
@@ -251,3 +252,40 @@ def test_public_steps_compose_around_a_users_fit(corpus_files):
     assert history.history["loss"][1] < history.history["loss"][0]
     assert not os.path.exists("unused")
     assert list_checkpoints("unused") == []
+
+
+class WordTokenizer:
+    """One id per whitespace-separated word: lengths are easy to set."""
+
+    vocab_size = 100
+
+    def encode(self, texts):
+        return [[5] * len(text.split()) for text in texts]
+
+
+def corpus(lengths, origin):
+    text = [" ".join(["w"] * n) for n in lengths]
+    return ParallelCorpus(text, text, origin, list(range(1, len(text) + 1)))
+
+
+@pytest.mark.parametrize(
+    ("max_length", "valid_lengths", "longest_bucket"),
+    [
+        (128, [3, 10, 34], 40),  # 35 tokens with the end token: bucket 40.
+        (128, [3, 10, 39], 40),  # Exactly a bucket.
+        (32, [3, 10, 49], 50),  # Past --max-length: the pair's own length.
+    ],
+)
+def test_validation_pads_to_the_smallest_bucket_holding_its_longest_pair(
+    max_length, valid_lengths, longest_bucket
+):
+    splits = {
+        "train": corpus([3, 5, 9, 12] * 4, "train"),
+        "valid": corpus(valid_lengths, "valid"),
+    }
+    opts = TrainOptions(max_length=max_length, tokens_per_batch=256)
+    data = training.prepare_batches(opts, splits, WordTokenizer())
+    lengths = sorted(length for _, length in data.valid.shapes())
+    assert lengths[-1] == longest_bucket
+    # Every validation pair is there once.
+    assert sum(data.valid.real_tokens_per_batch()) == sum(n + 1 for n in valid_lengths)
