@@ -62,7 +62,9 @@ def kind_of(name: str, op_type: str) -> str:
 
 
 def phase(name: str) -> str:
-    if name.startswith("gradient_tape/"):
+    # AddN_*: the gradients of a weight used in several places (the shared
+    # embedding: source and target lookups, output projection) summed.
+    if name.startswith(("gradient_tape/", "AddN")):
         return "backward"
     if name.startswith(("adam/", "Adam/")) or name.startswith("Assign"):
         return "optimizer"
