@@ -54,7 +54,7 @@ def _label_logits(logits, labels):
     one that trains faster on it. On TensorFlow the gather's gradient is a
     scatter that runs as an UnsortedSegmentSum over all B x T x V logits
     (125 of the 845 ms of a `small` training step, 64 x 32 tokens, 8,000
-    words, 2-core CPU), while the masked sum's is a select: 1.07x to 1.13x
+    words, 2-core CPU), while the masked sum's is a select: 1.07x to 1.08x
     faster steps. XLA on JAX scatters those B x T values cheaply and the
     masked sum's extra pass over the logits made its step about 3% slower.
     """
