@@ -12,7 +12,8 @@ pool is inside its kernel's time) and sums them per step:
   `compile_metrics`, outside the output projection's matmul), the
   optimizer's update, and other elementwise work (layer norms, attention
   softmax, residuals, bias and ReLU gradients);
-- by phase: forward, backward (`gradient_tape/`) and the optimizer;
+- by phase: forward, backward (`gradient_tape/`, and `AddN_*` summing a
+  shared weight's gradients) and the optimizer;
 - the most expensive kernels outside the matmuls, by name.
 
 Kernels run concurrently on the CPU's cores, so their sum can exceed the
@@ -66,7 +67,7 @@ def phase(name: str) -> str:
     # embedding: source and target lookups, output projection) summed.
     if name.startswith(("gradient_tape/", "AddN")):
         return "backward"
-    if name.startswith(("adam/", "Adam/")) or name.startswith("Assign"):
+    if name.startswith(("adam/", "Adam/", "Assign")):
         return "optimizer"
     return "forward"
 
