@@ -208,6 +208,9 @@ def profile_arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--keras-hub", action="store_true", help="profile the keras-hub assembly"
     )
+    parser.add_argument(
+        "--top", type=int, default=12, help="the costliest non-matmul ops listed"
+    )
     return parser
 
 
@@ -257,3 +260,12 @@ def print_breakdown(title: str, totals, kinds, phases) -> None:
     parts = [sum(totals[kind, p] for kind in kinds) for p in phases]
     cells = " | ".join(f"{part:,.0f}" for part in parts)
     print(f"| all | {cells} | {summed:,.0f} | 100% |")
+
+
+def print_costliest(columns: tuple[str, ...], rows, top: int) -> None:
+    """The `top` costliest (cells, ms per step) rows outside the matmuls."""
+    print(f"\nThe {top} most expensive ops outside the matmuls:\n")
+    print("| " + " | ".join(columns) + " | ms per step |")
+    print("| --- " * (len(columns) + 1) + "|")
+    for cells, ms in sorted(rows, key=lambda row: -row[1])[:top]:
+        print("| " + " | ".join(cells) + f" | {ms:,.1f} |")

@@ -18,6 +18,10 @@ sums the time per kind of work:
 Thunks of one step may run concurrently on the CPU's cores, so the sum of
 thunk times can exceed the step's wall time; shares are of the sum.
 
+It then lists the costliest thunks outside the matmuls by name, with the
+layer op they come from and the instruction that reads them (a layout copy
+is read by the op it is laid out for, often a weight gradient's dot).
+
     KERAS_BACKEND=jax python benchmarks/profile_jax_step.py --size small
     KERAS_BACKEND=jax python benchmarks/profile_jax_step.py --keras-hub
 """
@@ -34,7 +38,12 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import print_breakdown, profile_arguments, profiled_model  # noqa: E402
+from _common import (  # noqa: E402
+    print_breakdown,
+    print_costliest,
+    profile_arguments,
+    profiled_model,
+)
 
 KINDS = (
     "matmuls",
@@ -84,17 +93,43 @@ def phase(op_name: str) -> str:
     return "forward" if "jvp(" in op_name else "outside the gradient"
 
 
-def breakdown(trace_events, hlo, steps: int, vocab_size: int) -> dict:
-    """ms per step per (kind, phase) over the traced thunks."""
+def thunk_times(trace_events, hlo, steps: int) -> collections.Counter:
+    """ms per step of each traced thunk that names an entry instruction."""
     totals = collections.Counter()
     for event in trace_events:
         name = event.get("name", "")
-        if event.get("ph") != "X" or name not in hlo:
-            continue
+        if event.get("ph") == "X" and name in hlo:
+            totals[name] += event.get("dur", 0) / 1000 / steps
+    return totals
+
+
+def readers(text: str) -> dict[str, str]:
+    """Instruction name -> the first instruction that reads it, so a layout
+    copy can be listed with the op it is laid out for."""
+    first = {}
+    for line in text.splitlines():
+        match = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = [^(]*\((.*)", line)
+        if match:
+            for operand in re.findall(r"%([\w.\-]+)", match.group(2)):
+                first.setdefault(operand, match.group(1))
+    return first
+
+
+def costliest(thunks, hlo, text: str, vocab_size: int):
+    """Non-matmul thunks as (cells, ms): name, kind, the layer op that made
+    it (its op_name without the jit/jvp wrapping) and the op reading it."""
+    read_by = readers(text)
+    rows = []
+    for name, ms in thunks.items():
         definition, op_name = hlo[name]
         kind = kind_of(name, definition, op_name, vocab_size)
-        totals[kind, phase(op_name)] += event.get("dur", 0) / 1000 / steps
-    return totals
+        if kind == "matmuls":
+            continue
+        origin = re.sub(r"\b(?:jit|jvp|transpose)\(|\)", "", op_name)
+        origin = origin.removeprefix("train_step/")
+        reader = read_by.get(name, "")
+        rows.append(((name, kind, origin or "-", reader or "-"), ms))
+    return rows
 
 
 def main() -> None:
@@ -119,10 +154,16 @@ def main() -> None:
     traces = list((work / "trace").rglob("*.trace.json.gz"))
     if not dumps or not traces:
         sys.exit(f"no optimized HLO or trace was written under {work}")
-    hlo = parse_hlo(dumps[-1].read_text())
+    text = dumps[-1].read_text()
+    hlo = parse_hlo(text)
     events = json.load(gzip.open(traces[0]))
     events = events["traceEvents"] if isinstance(events, dict) else events
-    totals = breakdown(events, hlo, args.steps, args.vocab_size)
+    thunks = thunk_times(events, hlo, args.steps)
+    totals = collections.Counter()
+    for name, ms in thunks.items():
+        definition, op_name = hlo[name]
+        kind = kind_of(name, definition, op_name, args.vocab_size)
+        totals[kind, phase(op_name)] += ms
     who = "keras-hub assembly" if args.keras_hub else "ours"
     print_breakdown(
         f"{who}, {args.size}, batch {args.rows} x {args.length}, vocabulary "
@@ -131,6 +172,11 @@ def main() -> None:
         totals,
         KINDS,
         PHASES,
+    )
+    print_costliest(
+        ("thunk", "kind", "from", "read by"),
+        costliest(thunks, hlo, text, args.vocab_size),
+        args.top,
     )
 
 

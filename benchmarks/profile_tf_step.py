@@ -32,7 +32,12 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import print_breakdown, profile_arguments, profiled_model  # noqa: E402
+from _common import (  # noqa: E402
+    print_breakdown,
+    print_costliest,
+    profile_arguments,
+    profiled_model,
+)  # noqa: E402
 
 KINDS = (
     "matmuls",
@@ -96,7 +101,6 @@ def kernel_times(xplane_path: Path, steps: int) -> collections.Counter:
 
 def main() -> None:
     parser = profile_arguments(__doc__.splitlines()[0])
-    parser.add_argument("--top", type=int, default=12, help="kernels listed by name")
     args = parser.parse_args()
     if os.environ.get("KERAS_BACKEND") != "tensorflow":
         parser.error("run with KERAS_BACKEND=tensorflow (this reads its trace)")
@@ -124,12 +128,8 @@ def main() -> None:
         KINDS,
         PHASES,
     )
-    print(f"\nThe {args.top} most expensive kernels outside the matmuls:\n")
-    print("| kernel | op | ms per step |")
-    print("| --- | --- | --- |")
     others = [(key, ms) for key, ms in kernels.items() if "MatMul" not in key[1]]
-    for (name, op_type), ms in sorted(others, key=lambda item: -item[1])[: args.top]:
-        print(f"| {name} | {op_type} | {ms:,.1f} |")
+    print_costliest(("kernel", "op"), others, args.top)
 
 
 if __name__ == "__main__":
