@@ -115,20 +115,17 @@ def readers(text: str) -> dict[str, str]:
     return first
 
 
-def costliest(thunks, hlo, text: str, vocab_size: int):
+def costliest(thunks, kinds, hlo, text: str):
     """Non-matmul thunks as (cells, ms): name, kind, the layer op that made
     it (its op_name without the jit/jvp wrapping) and the op reading it."""
     read_by = readers(text)
     rows = []
     for name, ms in thunks.items():
-        definition, op_name = hlo[name]
-        kind = kind_of(name, definition, op_name, vocab_size)
-        if kind == "matmuls":
+        if kinds[name] == "matmuls":
             continue
-        origin = re.sub(r"\b(?:jit|jvp|transpose)\(|\)", "", op_name)
-        origin = origin.removeprefix("train_step/")
-        reader = read_by.get(name, "")
-        rows.append(((name, kind, origin or "-", reader or "-"), ms))
+        origin = re.sub(r"\b(?:jit|jvp|transpose)\(|\)", "", hlo[name][1])
+        origin = origin.removeprefix("train_step/") or "-"
+        rows.append(((name, kinds[name], origin, read_by.get(name, "-")), ms))
     return rows
 
 
@@ -159,11 +156,10 @@ def main() -> None:
     events = json.load(gzip.open(traces[0]))
     events = events["traceEvents"] if isinstance(events, dict) else events
     thunks = thunk_times(events, hlo, args.steps)
+    kinds = {name: kind_of(name, *hlo[name], args.vocab_size) for name in thunks}
     totals = collections.Counter()
     for name, ms in thunks.items():
-        definition, op_name = hlo[name]
-        kind = kind_of(name, definition, op_name, args.vocab_size)
-        totals[kind, phase(op_name)] += ms
+        totals[kinds[name], phase(hlo[name][1])] += ms
     who = "keras-hub assembly" if args.keras_hub else "ours"
     print_breakdown(
         f"{who}, {args.size}, batch {args.rows} x {args.length}, vocabulary "
@@ -175,7 +171,7 @@ def main() -> None:
     )
     print_costliest(
         ("thunk", "kind", "from", "read by"),
-        costliest(thunks, hlo, text, args.vocab_size),
+        costliest(thunks, kinds, hlo, text),
         args.top,
     )
 

@@ -37,7 +37,7 @@ from _common import (  # noqa: E402
     print_costliest,
     profile_arguments,
     profiled_model,
-)  # noqa: E402
+)
 
 KINDS = (
     "matmuls",
