@@ -32,6 +32,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_transformer.atomic_files import atomic_write_text, atomic_write_with
 from keras_transformer.data.pipeline import DataPosition
 
 _STEM = "ckpt-{step:08d}"
@@ -54,21 +55,6 @@ class Checkpoint:
     @property
     def metadata_path(self) -> Path:
         return self.path.with_suffix(".json")
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` through a flushed temporary file and a rename."""
-    path = Path(path)
-    partial = path.with_name(f".{path.name}.partial")
-    with open(partial, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, path)
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _sha256(path: Path) -> str:
@@ -101,11 +87,7 @@ def save_checkpoint(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{_STEM.format(step=step)}.keras"
-    partial = directory / f".{path.stem}.partial.keras"
-    model.save(partial)
-    with open(partial, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(partial, path)
+    atomic_write_with(path, model.save)
     checkpoint = Checkpoint(
         path=path,
         step=step,

@@ -85,7 +85,7 @@ def evaluate_split(
     """
     hypotheses = translator(corpus.source)
     if hypotheses_path is not None:
-        from keras_transformer.checkpoints import atomic_write_text
+        from keras_transformer.atomic_files import atomic_write_text
 
         text = "".join(f"{line}\n" for line in hypotheses)
         atomic_write_text(Path(hypotheses_path), text)

@@ -45,14 +45,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from keras_transformer.atomic_files import atomic_directory
 from keras_transformer.generate import check_search_settings
 from keras_transformer.version import __version__
 
@@ -155,23 +153,7 @@ def _export_saved_model(run_dir: Path, model_path: Path, out: Path, settings):
     def write(staging: Path) -> None:
         _write_saved_model(run_dir, model_path, staging, settings)
 
-    write_atomically(out, write)
-
-
-def write_atomically(out: Path, write: Callable[[Path], None]) -> None:
-    """Call `write` on a staging directory beside `out`, then rename it to
-    `out`; on any failure remove it, so `out` never holds a partial export."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        write(staging)
-        staging.chmod(0o755)  # mkdtemp's 0700 would hide it from a server user.
-        if out.exists():
-            out.rmdir()  # Checked empty before anything was written.
-        staging.rename(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    atomic_directory(out, write)
 
 
 def _export_in_child(run_dir: Path, model_path: Path, out: Path, settings):

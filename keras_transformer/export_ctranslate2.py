@@ -120,7 +120,8 @@ def export_ctranslate2(
         ValueError: A bad argument, a tokenizer that does not belong to the
             model, or a model CTranslate2 cannot represent.
     """
-    from keras_transformer.export import ExportSettings, check_run, write_atomically
+    from keras_transformer.atomic_files import atomic_directory
+    from keras_transformer.export import ExportSettings, check_run
 
     settings = ExportSettings(beam_size, alpha, max_extra_length, allow_unk)
     if quantization is not None and quantization not in QUANTIZATIONS:
@@ -141,7 +142,7 @@ def export_ctranslate2(
             Path(run_dir), model_path, staging, quantization, max_positions, settings
         )
 
-    write_atomically(out, write)
+    atomic_directory(out, write)
     return out
 
 

@@ -31,7 +31,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.checkpoints import atomic_write_text, list_checkpoints
+from keras_transformer.atomic_files import atomic_write_text
+from keras_transformer.checkpoints import list_checkpoints
 from keras_transformer.config import TransformerConfig
 from keras_transformer.version import __version__
 

@@ -35,6 +35,7 @@ from typing import Any
 import keras
 
 from keras_transformer import checkpoints
+from keras_transformer.atomic_files import atomic_write_text
 from keras_transformer.callbacks import (
     DevBleu,
     GracefulInterrupt,
@@ -340,9 +341,7 @@ def _merge_history(previous: dict[str, list], new: dict[str, list], step: int):
 
 
 def _save_history(history: dict[str, list], run: RunDirectory) -> None:
-    checkpoints.atomic_write_text(
-        run.history_path, json.dumps(history, indent=2) + "\n"
-    )
+    atomic_write_text(run.history_path, json.dumps(history, indent=2) + "\n")
     try:
         from keras_transformer.plots import training_curves
     except ImportError:  # Plotting is optional.
@@ -428,7 +427,7 @@ class _Job:
                 )
         elif self.plan.is_chief:
             text = json.dumps(self.config.to_dict(), indent=2, sort_keys=True)
-            checkpoints.atomic_write_text(self.run.config_path, text + "\n")
+            atomic_write_text(self.run.config_path, text + "\n")
 
     def save(self, model: keras.Model) -> None:
         """Checkpoint the current step (chief only; once per step)."""
@@ -611,7 +610,7 @@ def _test_score(job: _Job) -> BleuResult | None:
     _log(
         f"test set ({len(splits['test'])} sentences, beam {options.beam_size}): {test}"
     )
-    checkpoints.atomic_write_text(
+    atomic_write_text(
         job.run.test_scores_path, json.dumps(dataclasses.asdict(test), indent=2) + "\n"
     )
     return test
