@@ -51,7 +51,7 @@ def size_mb(path: Path) -> float:
 def export_all(run_dir: Path, out: Path):
     """Exports, their wall times (s) and the contenders' translate functions."""
     from keras_transformer.export import export_translator
-    from keras_transformer.export_ctranslate2 import export_ctranslate2
+    from keras_transformer.export.ctranslate2 import export_ctranslate2
 
     times, paths = {}, {}
     for name, export, kwargs in [

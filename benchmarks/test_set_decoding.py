@@ -94,7 +94,7 @@ def ctranslate2_translate(run_dir: str, beam_size: int, batch_size: int, tokeniz
     import ctranslate2
     import sentencepiece
 
-    from keras_transformer.export_ctranslate2 import export_ctranslate2
+    from keras_transformer.export.ctranslate2 import export_ctranslate2
 
     path = export_ctranslate2(run_dir, tempfile.mkdtemp(), beam_size=beam_size)
     info = json.loads((path / "export.json").read_text())

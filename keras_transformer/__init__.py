@@ -36,7 +36,7 @@ _EXPORTS = {
     "average_checkpoints": "keras_transformer.averaging",
     "build_transformer": "keras_transformer.model",
     "corpus_scores": "keras_transformer.evaluation",
-    "export_ctranslate2": "keras_transformer.export_ctranslate2",
+    "export_ctranslate2": "keras_transformer.export",
     "export_translator": "keras_transformer.export",
     "load_tokenizer": "keras_transformer.data.tokenizer",
     "train_tokenizer": "keras_transformer.data.tokenizer",

@@ -237,3 +237,12 @@ def prune_checkpoints(directory: str | os.PathLike, run_id: str, keep: int) -> N
     for checkpoint in list_checkpoints(directory, run_id)[:-keep]:
         checkpoint.metadata_path.unlink(missing_ok=True)
         checkpoint.path.unlink(missing_ok=True)
+
+
+def is_intact(checkpoint: Checkpoint) -> bool:
+    """Whether its model file has the size and SHA-256 its metadata records."""
+    try:
+        _check_files(checkpoint)
+    except (ValueError, OSError):
+        return False
+    return True

@@ -23,7 +23,7 @@ from typing import Any
 
 from keras_transformer._console import quiet_native_start_up
 from keras_transformer.config import TransformerConfig, field_names
-from keras_transformer.export_ctranslate2 import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
+from keras_transformer.export import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
 
 _FALSE, _TRUE = {"false", "0", "no", "off"}, {"true", "1", "yes", "on"}
 
@@ -228,32 +228,24 @@ def _run(args: argparse.Namespace):
     return RunDirectory(args.run_dir)
 
 
+def _search_settings(args: argparse.Namespace):
+    from keras_transformer.search_settings import SearchSettings
+
+    names = (field.name for field in dataclasses.fields(SearchSettings))
+    return SearchSettings(**{name: getattr(args, name) for name in names})
+
+
 def _translator(args: argparse.Namespace):
     from keras_transformer.translator import Translator
 
-    run = _run(args)
-    return Translator(
-        run.load_model(args.model),
-        run.load_tokenizer(),
-        beam_size=args.beam_size,
-        alpha=args.alpha,
-        max_extra_length=args.max_extra_length,
-        allow_unk=args.allow_unk,
-        early_stopping=args.early_stopping,
-    )
-
-
-def _add_early_stopping_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--early-stopping",
-        action="store_true",
-        help="beam search: end a sentence once it has beam-size finished "
-        "hypotheses (fairseq's rule; faster, may differ) instead of when no "
-        "live one can beat them (the paper's; default)",
-    )
+    settings = _search_settings(args)  # Refused before the model loads.
+    run = _run(args).open_for_inference(args.model)
+    return Translator(run.model, run.tokenizer, settings)
 
 
 def _add_decoding_arguments(parser: argparse.ArgumentParser, required=True) -> None:
+    from keras_transformer.search_settings import SearchSettings
+
     parser.add_argument(
         "--run-dir", required=required, help="the trained run directory"
     )
@@ -261,54 +253,71 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser, required=True) -> N
         "--model",
         help="a .keras file (default: RUN_DIR/model.keras, else its newest checkpoint)",
     )
+    for field in dataclasses.fields(SearchSettings):
+        _add_option(parser, field)
+
+
+def _add_lenient_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--beam-size", type=_at_least(1), default=4, help="1 is greedy (default: 4)"
-    )
-    parser.add_argument(
-        "--alpha",
-        type=_at_least(0.0, float),
-        default=0.6,
-        help="length penalty exponent (default: 0.6)",
-    )
-    parser.add_argument(
-        "--max-extra-length",
-        type=_at_least(1),
-        default=50,
-        help="output may be this much longer than the source (default: 50)",
-    )
-    parser.add_argument(
-        "--allow-unk",
+        "--lenient-utf8",
         action="store_true",
-        help="let the search generate the unknown token (default: suppressed)",
+        help="replace invalid UTF-8 with U+FFFD (counted) instead of failing",
     )
 
 
-def _read_lines(path: str) -> list[str]:
-    from keras_transformer.data.sources import read_text_lines
+def _read_lines(path: str, args: argparse.Namespace) -> list[str]:
+    from keras_transformer.data.text_files import read_text_lines
 
-    return read_text_lines(path)
+    return read_text_lines(path, lenient_utf8=args.lenient_utf8)
+
+
+def _read_stdin(args: argparse.Namespace) -> list[str]:
+    """Standard input with the checks a file gets (UTF-8, NUL bytes), its
+    messages naming <stdin>, its line and byte."""
+    from keras_transformer.data.text_files import decode_text_lines
+
+    return decode_text_lines(sys.stdin.buffer.read(), lenient_utf8=args.lenient_utf8)
 
 
 def _translate(args: argparse.Namespace) -> int:
-    if args.input:
-        lines = _read_lines(args.input)
-    else:
-        lines = [line.rstrip("\r\n") for line in sys.stdin]
+    lines = _read_lines(args.input, args) if args.input else _read_stdin(args)
     for line in _translator(args)(lines):
         print(line)
     return 0
 
 
+def _refuse_with_hyp(args: argparse.Namespace) -> None:
+    """`evaluate --hyp` translates nothing: a flag for translating would be
+    ignored without a word, so it is an error."""
+    from keras_transformer.search_settings import flag_name
+
+    # --run-dir alone is harmless: it may name the run the file came from.
+    given = [flag for flag in ("src", "model") if getattr(args, flag)]
+    settings = _search_settings(args)
+    given += [
+        field.name
+        for field in dataclasses.fields(settings)
+        if getattr(settings, field.name) != field.default
+    ]
+    if given:
+        raise ValueError(
+            f"{', '.join(flag_name(name) for name in given)} cannot be used with "
+            "--hyp, which scores a file of translations without translating "
+            "anything. Pass --src and --run-dir to translate, or drop them."
+        )
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from keras_transformer.evaluation import corpus_scores, paper_bleu
 
-    references = _read_lines(args.ref)
+    references = _read_lines(args.ref, args)
     if args.hyp:
-        hypotheses = _read_lines(args.hyp)
+        _refuse_with_hyp(args)
+        hypotheses = _read_lines(args.hyp, args)
     else:
         if not args.src:
             raise ValueError("evaluate needs --src (to translate) or --hyp.")
-        sources = _read_lines(args.src)
+        sources = _read_lines(args.src, args)
         if len(sources) != len(references):
             raise ValueError(
                 f"{args.src} has {len(sources)} lines but {args.ref} has "
@@ -347,22 +356,17 @@ def _average(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    settings = dict(
-        model=args.model,
-        beam_size=args.beam_size,
-        alpha=args.alpha,
-        max_extra_length=args.max_extra_length,
-        allow_unk=args.allow_unk,
-    )
+    settings = _search_settings(args)
     if args.format == "ctranslate2":
-        from keras_transformer.export_ctranslate2 import export_ctranslate2
+        from keras_transformer.export import export_ctranslate2
 
         path = export_ctranslate2(
             args.run_dir,
             args.out,
+            settings,
+            model=args.model,
             quantization=args.quantization,
             max_positions=args.max_positions or DEFAULT_MAX_POSITIONS,
-            **settings,
         )
         print(
             f"CTranslate2 model written to {path} (how to call it: {path}/export.json)"
@@ -376,7 +380,7 @@ def _export(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag} applies to --format ctranslate2 only.")
     from keras_transformer.export import export_translator
 
-    path = export_translator(args.run_dir, args.out, **settings)
+    path = export_translator(args.run_dir, args.out, settings, model=args.model)
     print(f"SavedModel written to {path} (signatures: see {path}/assets/export.json)")
     return 0
 
@@ -410,11 +414,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     translate = commands.add_parser("translate", help="translate lines")
     _add_decoding_arguments(translate)
-    _add_early_stopping_argument(translate)
     translate.add_argument("--input", help="file to translate (default: stdin)")
+    _add_lenient_argument(translate)
     evaluate = commands.add_parser("evaluate", help="translate and score")
     _add_decoding_arguments(evaluate, required=False)
-    _add_early_stopping_argument(evaluate)
+    _add_lenient_argument(evaluate)
     evaluate.add_argument("--src", help="source file to translate (needs --run-dir)")
     evaluate.add_argument(
         "--hyp", help="score this file of translations instead (no model needed)"

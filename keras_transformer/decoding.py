@@ -39,6 +39,10 @@ from collections.abc import Callable, Sequence
 from keras import ops, tree
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.search_settings import SearchSettings
+
+# The defaults of the pure functions below are the settings' own (§6.1).
+PAPER = SearchSettings()
 
 NEG_INF = -1.0e9  # Finite, so sums of "impossible" scores never become NaN.
 # Below every other candidate, dead-beam placeholders (about NEG_INF) and
@@ -195,9 +199,9 @@ def beam_search(
     limits,
     max_length: int,
     *,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    early_stopping: bool = False,
+    beam_size: int = PAPER.beam_size,
+    alpha: float = PAPER.alpha,
+    early_stopping: bool = PAPER.early_stopping,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     suppressed_ids: Sequence[int] = ALWAYS_SUPPRESSED,
@@ -236,7 +240,12 @@ def beam_search(
 
 
 def beam_start(
-    state, limits, max_length: int, *, beam_size: int = 4, bos_id: int = BOS_ID
+    state,
+    limits,
+    max_length: int,
+    *,
+    beam_size: int = PAPER.beam_size,
+    bos_id: int = BOS_ID,
 ):
     """The loop state of `beam_search` before its first step."""
     batch_size = ops.shape(limits)[0]
@@ -255,7 +264,9 @@ def beam_start(
     }
 
 
-def beam_active(loop, limits, alpha: float, early_stopping: bool = False):
+def beam_active(
+    loop, limits, alpha: float, early_stopping: bool = PAPER.early_stopping
+):
     """(B,) bool: the rows whose best live hypothesis can still beat their
     worst finished one. A row that is not active never changes again: its
     live scores only fall and its pool only improves.
@@ -286,9 +297,9 @@ def beam_advance(
     limits,
     max_length: int,
     *,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    early_stopping: bool = False,
+    beam_size: int = PAPER.beam_size,
+    alpha: float = PAPER.alpha,
+    early_stopping: bool = PAPER.early_stopping,
     stop_step=None,
     eos_id: int = EOS_ID,
     suppressed_ids: Sequence[int] = ALWAYS_SUPPRESSED,

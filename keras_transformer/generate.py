@@ -18,6 +18,7 @@ from keras import ops, tree
 from keras_transformer import decoding
 from keras_transformer.compile import compile_function
 from keras_transformer.config import UNK_ID
+from keras_transformer.search_settings import SearchSettings, search_settings
 
 
 def cached_step_fn(model, source_ids, memory):
@@ -45,16 +46,6 @@ def uncached_step_fn(model, source_ids, memory):
         return ops.take(logits, step, axis=1), buffer
 
     return step_fn
-
-
-def check_search_settings(beam_size: int, alpha: float, max_extra_length: int):
-    """Raise ValueError naming the first search setting out of range."""
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1. Received: beam_size={beam_size}")
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0. Received: alpha={alpha}")
-    if max_extra_length < 1:
-        raise ValueError(f"max_extra_length must be >= 1. Received: {max_extra_length}")
 
 
 # Batches of at most this many sentences get caches as long as the output
@@ -85,22 +76,16 @@ class SequenceGenerator:
 
     Args:
         model: a `Transformer`.
-        beam_size: int. 1 is greedy. Defaults to 4 (§6.1).
-        alpha: length-penalty exponent. Defaults to 0.6 (§6.1).
-        max_extra_length: output may be this much longer than the source.
-            Defaults to 50 (§6.1).
+        settings: the `SearchSettings` (beam size, alpha, output limit,
+            UNK, early stopping). Defaults to the paper's: beam 4, alpha
+            0.6, source + 50 (§6.1).
         cached: use the key/value cache. Defaults to True.
         jit: compile the search, or each segment of it (XLA / jit).
             Defaults to True.
-        allow_unk: let the search generate UNK. Defaults to False: UNK is
-            suppressed like PAD and BOS (which are never generated).
         drop_finished: run in segments and drop rows that are done.
             Defaults to True; False runs the whole search as one program.
         segment_steps: decoding steps per segment. Defaults to 8.
-        early_stopping: beam search ends a sentence once it has
-            `beam_size` finished hypotheses (fairseq's rule), instead of
-            when none of its live ones can still beat them (the paper's).
-            Faster; the result can differ. Defaults to False.
+        **changes: `SearchSettings` fields to change (`beam_size=1`).
 
     Call arguments:
         source_ids: (B, S) int ids, pad 0.
@@ -113,38 +98,41 @@ class SequenceGenerator:
     def __init__(
         self,
         model,
+        settings: SearchSettings | None = None,
         *,
-        beam_size: int = 4,
-        alpha: float = 0.6,
-        max_extra_length: int = 50,
         cached: bool = True,
         jit: bool = True,
-        allow_unk: bool = False,
         drop_finished: bool = True,
         segment_steps: int = 8,
-        early_stopping: bool = False,
+        **changes,
     ):
-        check_search_settings(beam_size, alpha, max_extra_length)
+        settings = search_settings(settings, **changes)
         if not isinstance(segment_steps, int) or segment_steps < 1:
             raise ValueError(
                 f"segment_steps must be an int >= 1. Received: {segment_steps!r}"
             )
+        config = getattr(model, "config", None)
+        if config is not None:  # The output side's vocabulary.
+            settings.check_vocabulary(config.target_vocab_size or config.vocab_size)
         self.model = model
-        self.beam_size = beam_size
-        self.alpha = alpha
-        self.max_extra_length = max_extra_length
+        self.settings = settings
         self.cached = cached
-        self.allow_unk = allow_unk
         self.drop_finished = drop_finished
         self.segment_steps = segment_steps
-        self.early_stopping = early_stopping
         self.suppressed_ids = decoding.ALWAYS_SUPPRESSED + (
-            () if allow_unk else (UNK_ID,)
+            () if settings.allow_unk else (UNK_ID,)
         )
         compile_ = (lambda fn: compile_function(fn, model)) if jit else (lambda f: f)
         self._run = compile_(self.search)
         self._start = compile_(functools.partial(self.start, growing_cache=True))
         self._segment = compile_(self._advance_segment)
+
+    # The settings the search reads, by name.
+    beam_size = property(lambda self: self.settings.beam_size)
+    alpha = property(lambda self: self.settings.alpha)
+    max_extra_length = property(lambda self: self.settings.max_extra_length)
+    allow_unk = property(lambda self: self.settings.allow_unk)
+    early_stopping = property(lambda self: self.settings.early_stopping)
 
     def search(self, source_ids):
         """The uncompiled search on tensors: (B, S) int32 source ids ->

@@ -24,15 +24,17 @@ directory aside to `<run>.backup-<time>`, so nothing is lost.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 import uuid
+import zipfile
 from pathlib import Path
 from typing import Any
 
 from keras_transformer.atomic_files import atomic_write_text
-from keras_transformer.checkpoints import list_checkpoints
+from keras_transformer.checkpoints import is_intact, list_checkpoints
 from keras_transformer.config import TransformerConfig
 from keras_transformer.version import __version__
 
@@ -53,6 +55,41 @@ def identity_conflicts(stored: dict[str, Any], requested: dict[str, Any]) -> lis
         elif old != new:
             lines.append(f"{key}: stored {old!r}, requested {new!r}")
     return lines
+
+
+def check_vocabulary(tokenizer, vocab_size: int, model_source, run) -> None:
+    """The one check that a run's tokenizer belongs to its model."""
+    if tokenizer.vocab_size != vocab_size:
+        raise ValueError(
+            f"{model_source} says vocab_size={vocab_size} but the tokenizer in "
+            f"{run.tokenizer_dir} has {tokenizer.vocab_size} pieces: the tokenizer "
+            "does not belong to this model."
+        )
+
+
+def _archive_damage(path: Path) -> str | None:
+    """What is wrong with a `.keras` file as a zip archive, or None."""
+    if not zipfile.is_zipfile(path):
+        return (
+            f"not a complete .keras archive ({path.stat().st_size:,} bytes; "
+            "truncated by an interrupted write, or not a Keras model file)"
+        )
+    try:
+        with zipfile.ZipFile(path) as archive:
+            broken = archive.testzip()
+    except (zipfile.BadZipFile, OSError) as error:
+        return f"an unreadable archive ({error})"
+    return None if broken is None else f"its member {broken} is corrupt (bad CRC)"
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceRun:
+    """A run opened for inference by `RunDirectory.open_for_inference`."""
+
+    run: RunDirectory
+    model_path: Path
+    tokenizer: Any
+    model: Any  # A `Transformer`, or None when opened without loading it.
 
 
 class RunDirectory:
@@ -200,9 +237,65 @@ class RunDirectory:
         )
 
     def load_model(self, model: str | os.PathLike | None = None):
+        """The model of `resolve_model_path(model)`; a damaged file is a
+        ValueError that names the damage and this run's intact checkpoints."""
+        return self._load_model_file(self.resolve_model_path(model))
+
+    def open_for_inference(
+        self, model: str | os.PathLike | None = None, *, load_model: bool = True
+    ) -> InferenceRun:
+        """The one way `translate`, `evaluate`, `export` and `serve` open a
+        run: its tokenizer and model (`model`, else the final model, else the
+        newest checkpoint), checked once to belong together.
+
+        With `load_model=False` (an export that loads the model in another
+        process) the model file is only located, and the tokenizer is
+        checked against `config.json`.
+        """
+        if not self.path.is_dir():
+            raise FileNotFoundError(f"--run-dir {self.path} does not exist.")
+        model_path = self.resolve_model_path(model)
+        if not load_model and not self.config_path.exists():
+            raise FileNotFoundError(f"{self.config_path} not found: not a trained run.")
+        if not self.tokenizer_dir.is_dir():
+            raise FileNotFoundError(
+                f"{self.tokenizer_dir} not found: the run has no tokenizer."
+            )
+        tokenizer = self.load_tokenizer()
+        if load_model:
+            loaded = self._load_model_file(model_path)
+            check_vocabulary(tokenizer, loaded.config.vocab_size, model_path, self)
+            return InferenceRun(self, model_path, tokenizer, loaded)
+        config = self.load_config()
+        check_vocabulary(tokenizer, config.vocab_size, self.config_path, self)
+        return InferenceRun(self, model_path, tokenizer, None)
+
+    def _load_model_file(self, path: Path):
         import keras
 
-        return keras.saving.load_model(self.resolve_model_path(model), compile=False)
+        damage = _archive_damage(path)
+        if damage is None:
+            try:
+                return keras.saving.load_model(path, compile=False)
+            except Exception as error:  # Keras raises many kinds for one cause.
+                damage = f"it does not load ({type(error).__name__}: {error})"
+        raise ValueError(f"{path} is damaged: {damage}. {self._intact_advice(path)}")
+
+    def _intact_advice(self, damaged: Path) -> str:
+        intact = [
+            checkpoint
+            for checkpoint in self.checkpoints()
+            if checkpoint.path != damaged and is_intact(checkpoint)
+        ]
+        if not intact:
+            return "This run has no intact checkpoint to use instead."
+        newest = intact[-1]
+        others = ", ".join(c.path.name for c in intact[:-1])
+        return (
+            f"The newest intact checkpoint is {newest.path} (step {newest.step}): "
+            f"pass --model {newest.path}"
+            + (f" (older intact ones: {others})." if others else ".")
+        )
 
     def checkpoints(self):
         """This run's checkpoints, oldest first by step."""

@@ -9,6 +9,7 @@ import numpy as np
 from keras_transformer.config import PAD_ID
 from keras_transformer.data.pipeline import pad_batch
 from keras_transformer.generate import SequenceGenerator, smaller_batch_size
+from keras_transformer.search_settings import SearchSettings, search_settings
 
 
 class Translator:
@@ -22,24 +23,18 @@ class Translator:
     Args:
         model: a `Transformer`.
         tokenizer: the run's `SubwordTokenizer`.
-        beam_size: 1 for greedy. Defaults to 4 (§6.1).
-        alpha: length penalty. Defaults to 0.6 (§6.1).
-        max_extra_length: output may be this much longer than the source.
-            Defaults to 50 (§6.1).
+        settings: the `SearchSettings`. Defaults to the paper's: beam 4,
+            alpha 0.6, source + 50 (§6.1); UNK (shown as the tokenizer's
+            unknown piece) suppressed; PAD and BOS are never generated.
         batch_size: sentences per decoding batch. Defaults to 64.
         jit: compile the search. Defaults to True.
-        allow_unk: let the search generate UNK (shown as the tokenizer's
-            unknown piece). Defaults to False; PAD and BOS are never
-            generated.
         drop_finished: sentences that are done leave the batch as the search
             goes (see `SequenceGenerator`); the translations are the same.
             Defaults to True.
-        early_stopping: beam search ends a sentence once it has `beam_size`
-            finished hypotheses (fairseq's rule; see `SequenceGenerator`).
-            Faster; translations can differ. Defaults to False.
+        **changes: `SearchSettings` fields to change (`beam_size=1`).
 
     Example:
-        >>> translator = Translator(model, tokenizer)
+        >>> translator = Translator(model, tokenizer, beam_size=1)
         >>> translator(["The dog sleeps."])
         ['Der Hund schläft.']
     """
@@ -48,29 +43,30 @@ class Translator:
         self,
         model,
         tokenizer,
+        settings: SearchSettings | None = None,
         *,
-        beam_size: int = 4,
-        alpha: float = 0.6,
-        max_extra_length: int = 50,
         batch_size: int = 64,
         jit: bool = True,
-        allow_unk: bool = False,
         drop_finished: bool = True,
-        early_stopping: bool = False,
+        **changes,
     ):
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(
+                f"batch_size must be an int >= 1. Received: {batch_size!r}"
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.generator = SequenceGenerator(
             model,
-            beam_size=beam_size,
-            alpha=alpha,
-            max_extra_length=max_extra_length,
+            search_settings(settings, **changes),
             jit=jit,
-            allow_unk=allow_unk,
             drop_finished=drop_finished,
-            early_stopping=early_stopping,
         )
+
+    @property
+    def settings(self) -> SearchSettings:
+        return self.generator.settings
 
     def __call__(self, texts: Sequence[str]) -> list[str]:
         return self.translate(texts)

@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import io
+import re
+import shutil
+import sys
+
 import keras
 import pytest
 
@@ -124,3 +129,107 @@ def test_translate_passes_early_stopping_to_the_search(
     assert main(argv) == 0
     assert capsys.readouterr().out.strip()
     assert made == [bool(flag)]
+
+
+# --- bad input and misuse (issue 24) ---------------------------------------------
+
+
+class _Stdin:
+    """Stands in for sys.stdin: the CLI reads its bytes."""
+
+    def __init__(self, data: bytes):
+        self.buffer = io.BytesIO(data)
+
+
+def test_translate_from_stdin_names_invalid_utf8_like_a_file(
+    run_dir, capsys, monkeypatch
+):
+    monkeypatch.setattr(sys, "stdin", _Stdin(b"the dog sleeps.\nwater \xff.\n"))
+    argv = ["translate", "--run-dir", str(run_dir), "--beam-size", "1"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "<stdin>: invalid UTF-8 at line 2, byte 7" in error
+    assert "--lenient-utf8" in error
+    # The advice works: the flag exists for translate.
+    monkeypatch.setattr(sys, "stdin", _Stdin(b"the dog sleeps.\nwater \xff.\n"))
+    argv += ["--max-extra-length", str(MAX_EXTRA), "--lenient-utf8"]
+    with pytest.warns(UnicodeWarning, match="<stdin>: replaced invalid UTF-8"):
+        assert main(argv) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_translate_from_stdin_refuses_binary_input(run_dir, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", _Stdin(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"))
+    assert main(["translate", "--run-dir", str(run_dir)]) == 2
+    assert "<stdin>: NUL byte" in capsys.readouterr().err
+
+
+def test_evaluate_takes_the_flag_its_utf8_error_advises(tmp_path, capsys):
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_bytes(b"a \xff dog\n")
+    ref = write_lines(tmp_path / "ref.txt", ["a dog"])
+    argv = ["evaluate", "--hyp", str(hyp), "--ref", str(ref)]
+    assert main(argv) == 2
+    assert "Pass --lenient-utf8" in capsys.readouterr().err
+    with pytest.warns(UnicodeWarning):
+        assert main(argv + ["--lenient-utf8"]) == 0
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--alpha", "nan"], r"alpha \(--alpha\) must be a finite number"),
+        (["--alpha", "inf"], r"alpha \(--alpha\) must be a finite number"),
+        (["--beam-size", "298"], "use a beam of at most 297"),
+    ],
+)
+def test_translate_refuses_settings_that_cannot_search(
+    run_dir, tmp_path, capsys, flags, message
+):
+    source = write_lines(tmp_path / "input.txt", ["a dog."])
+    argv = ["translate", "--run-dir", str(run_dir), "--input", str(source), *flags]
+    assert main(argv) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [(["--src", "SRC"], "--src"), (["--beam-size", "2"], "--beam-size")],
+)
+def test_evaluate_hyp_refuses_flags_it_would_ignore(tmp_path, capsys, flags, named):
+    lines = write_lines(tmp_path / "lines.txt", ["a dog"])
+    flags = [str(lines) if flag == "SRC" else flag for flag in flags]
+    argv = ["evaluate", "--hyp", str(lines), "--ref", str(lines), *flags]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert f"{named} cannot be used with --hyp" in error
+
+
+def test_a_damaged_model_names_the_damage_and_an_intact_checkpoint(
+    run_dir, tmp_path, capsys
+):
+    from keras_transformer.checkpoints import save_checkpoint
+    from keras_transformer.data.pipeline import DataPosition
+    from keras_transformer.run_directory import RunDirectory
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    model = keras.saving.load_model(run / "model.keras", compile=False)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.optimizer.build(model.trainable_variables)
+    run_id = RunDirectory(run).create({"test": True}, {})
+    checkpoint = save_checkpoint(
+        model, run / "checkpoints", step=7, run_id=run_id, position=DataPosition()
+    )
+    data = (run / "model.keras").read_bytes()
+    (run / "model.keras").write_bytes(data[: len(data) // 2])  # A killed save.
+    source = write_lines(tmp_path / "input.txt", ["a dog."])
+    argv = ["translate", "--run-dir", str(run), "--input", str(source)]
+    argv += ["--beam-size", "1", "--max-extra-length", str(MAX_EXTRA)]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "model.keras is damaged: not a complete .keras archive" in error
+    assert "File not found" not in error
+    assert f"pass --model {checkpoint.path}" in error
+    assert main([*argv, "--model", str(checkpoint.path)]) == 0
+    assert capsys.readouterr().out.strip()

@@ -11,10 +11,10 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 ALL_SNIPPETS = re.findall(
     r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S
 )
-# The serving snippet needs an exported model; tests/test_export.py runs it.
+# The serving snippet needs an exported model; tests/export/test_savedmodel.py runs it.
 SERVING_SNIPPETS = [s for s in ALL_SNIPPETS if "tf.saved_model.load" in s]
 CTRANSLATE2_SNIPPETS = [s for s in ALL_SNIPPETS if "import ctranslate2" in s]
-# Those need an exported model: tests/test_export.py runs them.
+# Those need an exported model: tests/export/test_savedmodel.py runs them.
 SNIPPETS = [s for s in ALL_SNIPPETS if s not in SERVING_SNIPPETS + CTRANSLATE2_SNIPPETS]
 
 

@@ -47,6 +47,7 @@ from pathlib import Path
 __all__ = [
     "DataError",
     "ParallelCorpus",
+    "decode_text_lines",
     "read_parallel_files",
     "read_text_lines",
     "read_tsv",
@@ -113,13 +114,17 @@ def _read_bytes(path: Path) -> tuple[bytes, bool]:
         raise DataError(f"Expected a file but found a directory: {path}") from error
     except OSError as error:
         raise DataError(f"Cannot read {path}: {error}") from error
+    return _gunzip(path, raw)
+
+
+def _gunzip(name: str | Path, raw: bytes) -> tuple[bytes, bool]:
     if raw[:2] != _GZIP_MAGIC:
         return raw, False
     try:
         return gzip.decompress(raw), True
     except (OSError, EOFError, zlib.error) as error:
         raise DataError(
-            f"{path} starts with the gzip signature but is not a valid gzip "
+            f"{name} starts with the gzip signature but is not a valid gzip "
             f"file (corrupt or truncated?): {error}"
         ) from error
 
@@ -135,7 +140,7 @@ def _position(data: bytes, offset: int, is_gzip: bool) -> str:
     )
 
 
-def _check_no_nul(path: Path, data: bytes, is_gzip: bool) -> None:
+def _check_no_nul(path: str | Path, data: bytes, is_gzip: bool) -> None:
     # Checked on the bytes: in UTF-8 a 0x00 byte is always U+0000 itself.
     offset = data.find(_NUL)
     if offset != -1:
@@ -179,13 +184,19 @@ def _read_lines(path: Path, lenient_utf8: bool) -> tuple[list[str], list[int]]:
     were replaced.
     """
     data, is_gzip = _read_bytes(path)
-    _check_no_nul(path, data, is_gzip)
+    return _decode_lines(path, data, is_gzip, lenient_utf8)
+
+
+def _decode_lines(
+    name: str | Path, data: bytes, is_gzip: bool, lenient_utf8: bool
+) -> tuple[list[str], list[int]]:
+    _check_no_nul(name, data, is_gzip)
     try:
         lines, bad = _split_lines(data.decode("utf-8")), []
     except UnicodeDecodeError as error:
         if not lenient_utf8:
             raise DataError(
-                f"{path}: invalid UTF-8 at {_position(data, error.start, is_gzip)}: "
+                f"{name}: invalid UTF-8 at {_position(data, error.start, is_gzip)}: "
                 f"{error.reason}. Pass --lenient-utf8 (lenient_utf8=True from "
                 "Python) to replace invalid bytes with U+FFFD."
             ) from error
@@ -195,7 +206,7 @@ def _read_lines(path: Path, lenient_utf8: bool) -> tuple[list[str], list[int]]:
     return lines, bad
 
 
-def _warn_replaced(path: Path, bad_lines: list[int]) -> None:
+def _warn_replaced(path: str | Path, bad_lines: list[int]) -> None:
     if bad_lines:
         warnings.warn(
             f"{path}: replaced invalid UTF-8 bytes with U+FFFD in "
@@ -213,6 +224,17 @@ def read_text_lines(
     path = Path(path)
     lines, bad = _read_lines(path, lenient_utf8)
     _warn_replaced(path, bad)
+    return lines
+
+
+def decode_text_lines(
+    data: bytes, name: str = "<stdin>", *, lenient_utf8: bool = False
+) -> list[str]:
+    """`read_text_lines` for bytes that are not in a file (standard input):
+    the same checks, with `name` in every message."""
+    data, is_gzip = _gunzip(name, data)
+    lines, bad = _decode_lines(name, data, is_gzip, lenient_utf8)
+    _warn_replaced(name, bad)
     return lines
 
 

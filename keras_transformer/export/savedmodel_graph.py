@@ -74,14 +74,7 @@ class _PaddedSearch:
     two; padding rows are empty sources, which finish at once."""
 
     def __init__(self, model, settings):
-        generator = SequenceGenerator(
-            model,
-            beam_size=settings.beam_size,
-            alpha=settings.alpha,
-            max_extra_length=settings.max_extra_length,
-            jit=False,
-            allow_unk=settings.allow_unk,
-        )
+        generator = SequenceGenerator(model, settings, jit=False)
         self._search = tf.function(generator.search, jit_compile=True)
 
     def __call__(self, source_ids):
@@ -113,6 +106,7 @@ def _info_endpoint(info: dict):
         "alpha": tf.constant(info["alpha"], tf.float32),
         "max_extra_length": tf.constant(info["max_extra_length"], tf.int32),
         "allow_unk": tf.constant(info["allow_unk"]),
+        "early_stopping": tf.constant(info["early_stopping"]),
         "vocab_size": tf.constant(info["vocab_size"], tf.int32),
         "tokenizer": tf.constant(info["tokenizer"]),
         "package_version": tf.constant(info["package_version"]),

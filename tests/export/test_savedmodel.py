@@ -33,7 +33,7 @@ from tests.helpers import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("keras_state")]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXTRA = 12  # Short outputs keep the barely trained model's searches quick.
 
 
@@ -313,9 +313,9 @@ def test_existing_out_is_refused(run_dir, tmp_path):
 
 
 def test_failed_export_leaves_nothing_at_out(run_dir, tmp_path, monkeypatch):
-    from keras_transformer import export
+    from keras_transformer.export import savedmodel as export
 
-    def fail_half_way(run_dir, model_path, out, settings):
+    def fail_half_way(run, out, settings):
         (out / "saved_model.pb").write_bytes(b"half")
         raise RuntimeError("disk full")
 
@@ -341,7 +341,7 @@ def test_cli_export_reports_a_missing_model(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def ctranslate2_export(run_dir, tmp_path_factory):
     pytest.importorskip("ctranslate2")
-    from keras_transformer.export_ctranslate2 import export_ctranslate2
+    from keras_transformer.export.ctranslate2 import export_ctranslate2
 
     out = tmp_path_factory.mktemp("ct2") / "model"
     return export_ctranslate2(run_dir, out, max_extra_length=EXTRA)
@@ -368,10 +368,10 @@ def test_ctranslate2_searches_as_translator(
     differently (CTranslate2 renormalises over the unsuppressed tokens, see
     keras_transformer/export_ctranslate2.py), which this barely trained
     model's probability on UNK/PAD/BOS makes matter for a few sentences."""
-    from keras_transformer.export import ExportSettings
+    from keras_transformer.search_settings import SearchSettings
 
     sentences, _ = held_out
-    settings = ExportSettings(beam_size, 0.0, EXTRA)
+    settings = SearchSettings(beam_size=beam_size, alpha=0.0, max_extra_length=EXTRA)
     tokenizer = RunDirectory(run_dir).load_tokenizer()
     ours = held_out_ids(run_dir, sentences, settings)
     theirs = ctranslate2_ids(ctranslate2_export, tokenizer, settings, sentences)
@@ -413,7 +413,7 @@ def test_readme_ctranslate2_snippet_translates(ctranslate2_export, tmp_path):
 
 def test_cli_exports_int8_ctranslate2(run_dir, tmp_path, ctranslate2_export, held_out):
     from keras_transformer.cli import main
-    from keras_transformer.export import ExportSettings
+    from keras_transformer.search_settings import SearchSettings
 
     out = tmp_path / "int8"
     status = main(
@@ -429,7 +429,7 @@ def test_cli_exports_int8_ctranslate2(run_dir, tmp_path, ctranslate2_export, hel
     assert (out / "model.bin").stat().st_size < full
     sentences, _ = held_out
     tokenizer = RunDirectory(run_dir).load_tokenizer()
-    settings = ExportSettings(1, 0.0, EXTRA)
+    settings = SearchSettings(beam_size=1, alpha=0.0, max_extra_length=EXTRA)
     quantized = ctranslate2_ids(out, tokenizer, settings, sentences[:20])
     # int8 rows of 32 weights move this model's near-flat distributions, so
     # outputs differ from float32 ones (docs/benchmarks.md compares BLEU on

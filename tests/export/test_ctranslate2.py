@@ -1,6 +1,6 @@
 """CTranslate2 export: the weight mapping, checked on untrained models of each
 layout against this package's own search (the trained-run checks, 50
-held-out sentences from a TensorFlow and a JAX run, are in test_export.py)."""
+held-out sentences from a TensorFlow and a JAX run, are in test_savedmodel.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import json
 import pytest
 
 from keras_transformer.data.tokenizer import train_tokenizer
-from keras_transformer.export import ExportSettings
-from keras_transformer.export_ctranslate2 import (
+from keras_transformer.export.ctranslate2 import (
     build_spec,
     export_ctranslate2,
     translate_batch_options,
 )
 from keras_transformer.model import build_transformer
+from keras_transformer.search_settings import SearchSettings
 from keras_transformer.translator import Translator
 from tests.helpers import ctranslate2_ids, make_corpus, small_config
 
@@ -70,12 +70,12 @@ def test_untrained_model_decodes_greedily_alike_in_ctranslate2(
 ):
     """Greedy only: an untrained model's outputs run to the length limit,
     where the two beam searches prune differently (beam is compared on a
-    trained run in test_export.py)."""
+    trained run in test_savedmodel.py)."""
     model = build_transformer(
         small_config(vocab_size=tokenizer.vocab_size, dropout_rate=0.0, **layout)
     )
     directory = save_spec(model, tokenizer, tmp_path / "ct2")
-    settings = ExportSettings(1, 0.0, EXTRA)
+    settings = SearchSettings(beam_size=1, alpha=0.0, max_extra_length=EXTRA)
     ours = our_outputs(model, tokenizer, settings, SENTENCES)
     assert len({len(ids) for ids in ours}) > 1  # Not all cut at one length.
     theirs = ctranslate2_ids(directory, tokenizer, settings, SENTENCES)
@@ -97,12 +97,18 @@ def test_tokenizer_of_another_size_is_refused(tokenizer):
 
 
 def test_options_suppress_what_translator_never_generates(tokenizer):
-    options = translate_batch_options(tokenizer, ExportSettings(4, 0.6, 50, False))
+    options = translate_batch_options(
+        tokenizer,
+        SearchSettings(beam_size=4, alpha=0.6, max_extra_length=50, allow_unk=False),
+    )
     assert options["suppress_sequences"] == [["<pad>"], ["<s>"]]
     assert options["disable_unk"] is True
     assert options["min_decoding_length"] == 0  # An immediate EOS is allowed.
     assert options["max_input_length"] == 0  # Never truncate.
-    allowed = translate_batch_options(tokenizer, ExportSettings(1, 0.0, 50, True))
+    allowed = translate_batch_options(
+        tokenizer,
+        SearchSettings(beam_size=1, alpha=0.0, max_extra_length=50, allow_unk=True),
+    )
     assert allowed["disable_unk"] is False
     json.dumps(options)  # Recorded in export.json as is.
 

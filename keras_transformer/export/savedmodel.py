@@ -47,127 +47,94 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from keras_transformer.atomic_files import atomic_directory
-from keras_transformer.generate import check_search_settings
-from keras_transformer.version import __version__
+from keras_transformer.export.common import export_record, open_run
+from keras_transformer.run_directory import InferenceRun, RunDirectory
+from keras_transformer.search_settings import SearchSettings, search_settings
 
 EXPORT_INFO = "export.json"
 IDS_ONLY = "ids_only"
 SIGNATURES = ("translate", "translate_ids", "nbest", "info")
 _CHILD_ERRORS = {
-    error.__name__: error for error in (ValueError, FileNotFoundError, FileExistsError)
+    error.__name__: error
+    for error in (ValueError, FileNotFoundError, FileExistsError, ImportError)
 }
-
-
-@dataclass(frozen=True)
-class ExportSettings:
-    """What an export fixes; mirrors `Translator`'s arguments."""
-
-    beam_size: int = 4
-    alpha: float = 0.6
-    max_extra_length: int = 50
-    allow_unk: bool = False
-
-    def __post_init__(self):
-        check_search_settings(self.beam_size, self.alpha, self.max_extra_length)
 
 
 def export_translator(
     run_dir: str | os.PathLike,
     out: str | os.PathLike,
+    settings: SearchSettings | None = None,
     *,
     model: str | os.PathLike | None = None,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_extra_length: int = 50,
-    allow_unk: bool = False,
+    **changes,
 ) -> Path:
     """Export the run in `run_dir` as a SavedModel at `out` (see module doc).
 
     Args:
         run_dir: A trained run directory (either backend).
         out: Where the SavedModel goes; must not exist, or be empty.
+        settings: The `SearchSettings` the SavedModel searches with (fixed
+            at export). Defaults to the paper's.
         model: A `.keras` file to export instead of the run's final model
             (for example an averaged checkpoint).
-        beam_size, alpha, max_extra_length, allow_unk: As for `Translator`.
+        **changes: `SearchSettings` fields to change (`beam_size=1`).
 
     Returns:
         The SavedModel's path.
 
     Raises:
+        ImportError: TensorFlow or tensorflow-text is not installed.
         FileNotFoundError: The run has no model (or `model` does not exist).
         FileExistsError: `out` exists and is not empty.
-        ValueError: The tokenizer does not match the model's vocabulary.
+        ValueError: The tokenizer does not belong to the model, or the model
+            file is damaged.
     """
-    settings = ExportSettings(beam_size, alpha, max_extra_length, allow_unk)
+    settings = search_settings(settings, **changes)
     out = Path(out)
-    model_path = check_run(run_dir, out, model)
     import keras
 
-    if keras.backend.backend() == "tensorflow":
-        _export_saved_model(Path(run_dir), model_path, out, settings)
+    in_process = keras.backend.backend() == "tensorflow"
+    if in_process:
+        _require_tensorflow()
+    run = open_run(run_dir, out, model, load_model=in_process)
+    if in_process:
+        _export_saved_model(run, out, settings)
     else:
-        _export_in_child(Path(run_dir), model_path, out, settings)
+        _export_in_child(run, out, settings)
     return out
 
 
-def check_run(run_dir, out: Path, model) -> Path:
-    """Everything that can be checked without loading the model; returns the
-    path of the `.keras` file to export."""
-    from keras_transformer.run_directory import RunDirectory
-
-    run = RunDirectory(run_dir)
-    if not run.path.is_dir():
-        raise FileNotFoundError(f"--run-dir {run.path} does not exist.")
-    model_path = run.resolve_model_path(model)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(
-            f"--out {out} already exists and is not empty; choose another path "
-            "or remove it."
-        )
-    if not run.config_path.exists():
-        raise FileNotFoundError(f"{run.config_path} not found: not a trained run.")
-    tokenizer_vocab = _tokenizer_vocab_size(run.tokenizer_dir)
-    config_vocab = run.load_config().vocab_size
-    if tokenizer_vocab != config_vocab:
-        raise ValueError(
-            f"{run.tokenizer_dir} has a vocabulary of {tokenizer_vocab} but "
-            f"{run.config_path} says vocab_size={config_vocab}: the tokenizer "
-            "does not belong to this model."
-        )
-    return model_path
+def _require_tensorflow() -> None:
+    for module in ("tensorflow", "tensorflow_text"):
+        try:
+            __import__(module)
+        except ImportError as error:
+            raise ImportError(
+                f"A SavedModel export needs TensorFlow and tensorflow-text "
+                f"({module} is missing): pip install 'keras-transformer[tensorflow]'"
+            ) from error
 
 
-def _tokenizer_vocab_size(directory: Path) -> int:
-    from keras_transformer.data.tokenizer import load_tokenizer
-
-    if not directory.is_dir():
-        raise FileNotFoundError(f"{directory} not found: the run has no tokenizer.")
-    return load_tokenizer(directory).vocab_size
+def _export_saved_model(run: InferenceRun, out: Path, settings: SearchSettings):
+    atomic_directory(out, lambda staging: _write_saved_model(run, staging, settings))
 
 
-def _export_saved_model(run_dir: Path, model_path: Path, out: Path, settings):
-    def write(staging: Path) -> None:
-        _write_saved_model(run_dir, model_path, staging, settings)
-
-    atomic_directory(out, write)
-
-
-def _export_in_child(run_dir: Path, model_path: Path, out: Path, settings):
+def _export_in_child(run: InferenceRun, out: Path, settings: SearchSettings):
     """Rebuild and export under TensorFlow in a fresh process."""
     request = {
-        "run_dir": str(run_dir),
-        "model": str(model_path),
+        "run_dir": str(run.run.path),
+        "model": str(run.model_path),
         "out": str(out),
-        "settings": asdict(settings),
+        "settings": settings.to_dict(),
     }
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    module = "keras_transformer.export.savedmodel"
     result = subprocess.run(
-        [sys.executable, "-m", "keras_transformer.export", json.dumps(request)],
+        [sys.executable, "-m", module, json.dumps(request)],
         env=env,
         capture_output=True,
         text=True,
@@ -178,44 +145,30 @@ def _export_in_child(run_dir: Path, model_path: Path, out: Path, settings):
         kind, _, message = detail.partition(": ")
         if kind in _CHILD_ERRORS:  # The child's own clear message.
             raise _CHILD_ERRORS[kind](message)
+        if "No module named" in detail:
+            _require_tensorflow()
         raise RuntimeError(f"Export under TensorFlow failed: {detail}")
 
 
-def _write_saved_model(run_dir: Path, model_path: Path, out: Path, settings):
-    import keras
+def _write_saved_model(run: InferenceRun, out: Path, settings: SearchSettings):
+    from keras_transformer.export.savedmodel_graph import build_archive
 
-    from keras_transformer.export_graph import build_archive
-    from keras_transformer.run_directory import RunDirectory
-
-    run = RunDirectory(run_dir)
-    tokenizer = run.load_tokenizer()
-    model = keras.saving.load_model(model_path, compile=False)
-    if tokenizer.vocab_size != model.config.vocab_size:
-        raise ValueError(
-            f"{model_path} has vocab_size={model.config.vocab_size} but the "
-            f"tokenizer in {run.tokenizer_dir} has {tokenizer.vocab_size} "
-            "entries: the tokenizer does not belong to this model."
-        )
-    info = {
-        "package_version": __version__,
-        "model": model_path.name,
-        "tokenizer": tokenizer.kind,
-        "vocab_size": tokenizer.vocab_size,
-        **asdict(settings),
-        "source_padding": "multiple of 8 tokens",
-        "batch_padding": "power of two rows",
-        "signatures": _signature_docs(settings),
-    }
-    archive, ids_archive = build_archive(model, tokenizer, settings, info)
+    info = export_record(run, settings)
+    info.update(
+        source_padding="multiple of 8 tokens",
+        batch_padding="power of two rows",
+        signatures=_signature_docs(settings),
+    )
+    archive, ids_archive = build_archive(run.model, run.tokenizer, settings, info)
     archive.write_out(str(out), verbose=False)
     ids_archive.write_out(str(out / IDS_ONLY), verbose=False)
     assets = out / "assets"
     assets.mkdir(exist_ok=True)
     (assets / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
-    tokenizer.save(assets / "tokenizer")
+    run.tokenizer.save(assets / "tokenizer")
 
 
-def _signature_docs(settings: ExportSettings) -> dict[str, str]:
+def _signature_docs(settings: SearchSettings) -> dict[str, str]:
     search = (
         "greedy search"
         if settings.beam_size == 1
@@ -248,14 +201,13 @@ def _signature_docs(settings: ExportSettings) -> dict[str, str]:
 def _child_main(argv: list[str]) -> int:
     request = json.loads(argv[0])
     try:
-        _export_saved_model(
-            Path(request["run_dir"]),
-            Path(request["model"]),
-            Path(request["out"]),
-            ExportSettings(**request["settings"]),
-        )
+        _require_tensorflow()
+        run = RunDirectory(request["run_dir"]).open_for_inference(request["model"])
+        settings = SearchSettings.from_dict(request["settings"])
+        _export_saved_model(run, Path(request["out"]), settings)
     except tuple(_CHILD_ERRORS.values()) as error:
-        print(f"{type(error).__name__}: {error}", file=sys.stderr)
+        message = str(error).replace("\n", " ")
+        print(f"{type(error).__name__}: {message}", file=sys.stderr)
         return 2
     return 0
 

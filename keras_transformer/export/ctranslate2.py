@@ -53,19 +53,12 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_transformer.version import __version__
+from keras_transformer.atomic_files import atomic_directory
+from keras_transformer.export import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
+from keras_transformer.export.common import export_record, open_run
+from keras_transformer.run_directory import InferenceRun
+from keras_transformer.search_settings import SearchSettings, search_settings
 
-#: Weight types `quantization` accepts (CTranslate2's names); None keeps float32.
-QUANTIZATIONS = (
-    "int8",
-    "int8_float32",
-    "int8_float16",
-    "int8_bfloat16",
-    "int16",
-    "float16",
-    "bfloat16",
-    "float32",
-)
 DIFFERENCES = [
     "Beam scores are normalised by length ** length_penalty, not by GNMT's "
     "((5 + length) / 6) ** alpha.",
@@ -76,39 +69,39 @@ DIFFERENCES = [
     "sentence its own length + max_extra_length.",
     "A source or output longer than max_positions tokens fails in CTranslate2 "
     "(Translator has no limit).",
+    "CTranslate2's beam search always ends a sentence once beam_size "
+    "hypotheses are finished (patience 1), the rule of --early-stopping; "
+    "without it, Translator searches on while a live hypothesis can still "
+    "beat them.",
 ]
-#: Rows of the positional table: CTranslate2's default `max_input_length` plus
-#: room for the target side's extra length.
-DEFAULT_MAX_POSITIONS = 1024 + 256
 
 
 def export_ctranslate2(
     run_dir: str | os.PathLike,
     out: str | os.PathLike,
+    settings: SearchSettings | None = None,
     *,
     model: str | os.PathLike | None = None,
     quantization: str | None = None,
     max_positions: int = DEFAULT_MAX_POSITIONS,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_extra_length: int = 50,
-    allow_unk: bool = False,
+    **changes,
 ) -> Path:
     """Export the run in `run_dir` as a CTranslate2 model directory at `out`.
 
     Args:
         run_dir: A trained run directory (either backend).
         out: The directory to create; must not exist, or be empty.
+        settings: The `SearchSettings` to record. CTranslate2 takes its
+            search settings per call, so they are only written to
+            `export.json`, as the `translate_batch` arguments to use.
+            Defaults to the paper's.
         model: A `.keras` file to export instead of the run's final model.
         quantization: One of `QUANTIZATIONS` (e.g. "int8"), or None for
             float32 weights.
         max_positions: Rows of the sinusoidal table: the longest source,
             and the longest output, CTranslate2 can then encode (it fails
             with a clear error beyond). Learned positions export their own.
-        beam_size, alpha, max_extra_length, allow_unk: As for `Translator`.
-            CTranslate2 takes its search settings per call, so these are only
-            recorded in `export.json` as the `translate_batch` arguments to
-            use.
+        **changes: `SearchSettings` fields to change (`beam_size=1`).
 
     Returns:
         The model directory's path.
@@ -120,10 +113,7 @@ def export_ctranslate2(
         ValueError: A bad argument, a tokenizer that does not belong to the
             model, or a model CTranslate2 cannot represent.
     """
-    from keras_transformer.atomic_files import atomic_directory
-    from keras_transformer.export import ExportSettings, check_run
-
-    settings = ExportSettings(beam_size, alpha, max_extra_length, allow_unk)
+    settings = search_settings(settings, **changes)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(
             f"--quantization must be one of {', '.join(QUANTIZATIONS)}. "
@@ -135,12 +125,10 @@ def export_ctranslate2(
         )
     _import_ctranslate2()
     out = Path(out)
-    model_path = check_run(run_dir, out, model)
+    run = open_run(run_dir, out, model, load_model=True)
 
     def write(staging: Path) -> None:
-        _write_model(
-            Path(run_dir), model_path, staging, quantization, max_positions, settings
-        )
+        _write_model(run, staging, quantization, max_positions, settings)
 
     atomic_directory(out, write)
     return out
@@ -157,15 +145,15 @@ def _import_ctranslate2():
     return ctranslate2
 
 
-def _write_model(run_dir, model_path, out, quantization, max_positions, settings):
-    import keras
-
-    from keras_transformer.run_directory import RunDirectory
-
-    run = RunDirectory(run_dir)
-    tokenizer = run.load_tokenizer()
-    model = keras.saving.load_model(model_path, compile=False)
-    spec = build_spec(model, tokenizer, max_positions)
+def _write_model(
+    run: InferenceRun,
+    out: Path,
+    quantization: str | None,
+    max_positions: int,
+    settings: SearchSettings,
+) -> None:
+    tokenizer = run.tokenizer
+    spec = build_spec(run.model, tokenizer, max_positions)
     rows = spec.encoder.position_encodings.encodings.shape[0]  # Before aliasing.
     spec.validate()
     spec.optimize(quantization=quantization)
@@ -173,24 +161,21 @@ def _write_model(run_dir, model_path, out, quantization, max_positions, settings
     tokenizer.save(out / "tokenizer")
     if tokenizer.kind == "sentencepiece":
         (out / "sentencepiece.model").write_bytes(tokenizer.model_proto)
-    info = {
-        "format": "ctranslate2",
-        "package_version": __version__,
-        "model": model_path.name,
-        "tokenizer": tokenizer.kind,
-        "vocab_size": tokenizer.vocab_size,
-        "quantization": quantization or "float32",
-        "max_positions": int(rows),
-        "translate_batch": translate_batch_options(tokenizer, settings),
-        "max_extra_length": settings.max_extra_length,
-        "differences_from_translator": DIFFERENCES,
-    }
+    info = export_record(
+        run,
+        settings,
+        format="ctranslate2",
+        quantization=quantization or "float32",
+        max_positions=int(rows),
+        translate_batch=translate_batch_options(tokenizer, settings),
+        differences_from_translator=DIFFERENCES,
+    )
     (out / "export.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
 def translate_batch_options(tokenizer, settings) -> dict:
     """`ctranslate2.Translator.translate_batch` arguments that search as
-    `Translator` does with `settings` (an `ExportSettings`). Add
+    `Translator` does with `settings` (a `SearchSettings`). Add
     ``max_decoding_length`` = the batch's longest source + max_extra_length."""
     suppressed = [tokenizer.pad_id, tokenizer.bos_id]
     return {
