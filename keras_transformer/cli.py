@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import typing
 from pathlib import Path
@@ -144,7 +145,9 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
         f"(default: {spec.name})",
     )
     data.add_argument(
-        "--data-dir", help="multi30k: a local directory holding its files"
+        "--data-dir",
+        help="multi30k: a local directory holding its files; tfds:NAME: the "
+        "TFDS data directory",
     )
     for split in ("train", "valid", "test"):
         data.add_argument(f"--{split}-src", help=f"files: {split} source text")
@@ -169,6 +172,11 @@ def _files_spec(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
     files = {}
     for split in ("train", "valid", "test"):
         src, tgt, tsv = (getattr(args, f"{split}_{k}") for k in ("src", "tgt", "tsv"))
+        if tsv and (src or tgt):
+            raise ValueError(
+                f"--{split}-tsv and --{split}-src/--{split}-tgt both give the "
+                f"{split} pairs: pass one or the other."
+            )
         if tsv:
             files[split] = (tsv,)
         elif src or tgt:
@@ -199,16 +207,39 @@ def _train_options(args: argparse.Namespace):
     return TrainOptions(overrides=parse_overrides(args.overrides), data=data, **values)
 
 
+def _available_cores() -> int:
+    """CPU cores this process may run on (its affinity, else the machine's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _check_cpu_devices(count: int) -> None:
+    """Refuse more simulated devices than cores. Each device runs its step
+    on its own threads and every step ends in an all-reduce that waits for
+    the slowest: oversubscribed, one step took over 10 minutes (64 devices
+    on 2 cores) and a SIGTERM as long to take effect. Capping instead would
+    change the replica count, and so the batches, behind the user's back."""
+    cores = _available_cores()
+    if count > cores:
+        raise ValueError(
+            f"--cpu-devices {count}: this machine has {cores} CPU core(s) for "
+            f"this process; each simulated device needs a core of its own. "
+            f"Use at most --cpu-devices {cores}."
+        )
+
+
 def _train(args: argparse.Namespace) -> int:
     from keras_transformer import training
 
+    # Every check that needs no data, before the devices or data are touched.
+    options = _train_options(args)
+    TransformerConfig.preset(options.preset, **options.overrides)
     if args.cpu_devices:
         from keras_transformer.distribution import simulate_cpu_devices
 
+        _check_cpu_devices(args.cpu_devices)
         simulate_cpu_devices(args.cpu_devices)
-    options = _train_options(args)
-    # Fail on bad overrides before any data work.
-    TransformerConfig.preset(options.preset, **options.overrides)
     try:
         training.train(options)
     except training.TrainingInterrupted as stop:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any
 
@@ -152,6 +153,13 @@ def _check_type(config: TransformerConfig, name: str, kinds: tuple) -> None:
         _fail(name, value, " or ".join(k.__name__ for k in kinds))
 
 
+def _check_finite(config: TransformerConfig, name: str) -> None:
+    # NaN passes every comparison-based range check, so it is named first.
+    _check_type(config, name, (int, float))
+    if not math.isfinite(getattr(config, name)):
+        _fail(name, getattr(config, name), "a finite number")
+
+
 def _validate(config: TransformerConfig) -> None:
     positive_ints = [
         "vocab_size",
@@ -182,11 +190,12 @@ def _validate(config: TransformerConfig) -> None:
         "relu_dropout_rate",
         "label_smoothing",
     ]
+    for field in dataclasses.fields(config):
+        if field.type == "float":
+            _check_finite(config, field.name)
     for name in rates:
-        _check_type(config, name, (int, float))
         if not 0.0 <= getattr(config, name) < 1.0:
             _fail(name, getattr(config, name), "a number in [0, 1)")
-    _check_type(config, "layer_norm_epsilon", (int, float))
     if config.layer_norm_epsilon <= 0:
         _fail("layer_norm_epsilon", config.layer_norm_epsilon, "a number > 0")
     for name in ("share_embeddings", "tie_output_projection", "norm_first"):

@@ -9,6 +9,7 @@ command line reads it before Keras starts.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from keras_transformer.config import PRESETS
@@ -19,9 +20,34 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 DISTRIBUTE_MODES = ("auto", "none", "mirrored", "multiworker")
 
 
-def _option(default, help: str, *, minimum=None, choices=None, flag=True):
-    """A TrainOptions field with what the CLI and validation need."""
-    metadata = {"help": help, "minimum": minimum, "choices": choices, "flag": flag}
+# The fields that the tokenizer's vocabulary decides, not `--set`: the joint
+# tokenizer gives source and target one vocabulary of --vocab-size pieces.
+TOKENIZER_OWNED_FIELDS = ("vocab_size", "target_vocab_size")
+
+
+def _option(
+    default,
+    help: str,
+    *,
+    minimum=None,
+    maximum=None,
+    strict=False,
+    choices=None,
+    flag=True,
+):
+    """A TrainOptions field with what the CLI and validation need.
+
+    `strict`: the value must exceed `minimum` (a zero would mean no work);
+    `maximum`: an inclusive upper bound.
+    """
+    metadata = {
+        "help": help,
+        "minimum": minimum,
+        "maximum": maximum,
+        "strict": strict,
+        "choices": choices,
+        "flag": flag,
+    }
     if isinstance(default, dict | DatasetSpec):
         factory = type(default)
         return dataclasses.field(default_factory=factory, metadata=metadata)
@@ -63,12 +89,21 @@ class TrainOptions:
         None, "stop after this many optimizer updates in all", minimum=1
     )
     max_minutes: float | None = _option(
-        None, "stop after this much training time in this process", minimum=0
+        None,
+        "stop after this much training time in this process",
+        minimum=0,
+        strict=True,
     )
     learning_rate_scale: float = _option(
-        1.0, "multiplier of the paper's learning-rate schedule", minimum=0
+        1.0, "multiplier of the paper's learning-rate schedule", minimum=0, strict=True
     )
-    seed: int = _option(0, "seed of initialisation, dropout and shuffling", minimum=0)
+    # Below 2**32: NumPy's and the backends' seeds are 32-bit.
+    seed: int = _option(
+        0,
+        "seed of initialisation, dropout and shuffling",
+        minimum=0,
+        maximum=2**32 - 1,
+    )
     eval_every: int = _option(
         500, "dev-subset BLEU every N updates (0: never)", minimum=0
     )
@@ -98,6 +133,7 @@ class TrainOptions:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             _check_field(field, getattr(self, field.name))
+        _check_overrides(self.overrides, self.vocab_size)
         if self.precision == "mixed_float16" and self.accumulation_steps > 1:
             raise ValueError(
                 "--precision mixed_float16 with --accumulation-steps > 1 is not "
@@ -110,8 +146,21 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _check_overrides(overrides: dict[str, Any], vocab_size: int) -> None:
+    """Refuse `--set` of a value the tokenizer decides (one owner)."""
+    for name in TOKENIZER_OWNED_FIELDS:
+        if overrides.get(name) is not None:
+            raise ValueError(
+                f"--set {name}={overrides[name]} (overrides[{name!r}]): the "
+                "tokenizer decides the vocabulary size, one joint vocabulary "
+                f"for source and target; set --vocab-size (vocab_size="
+                f"{vocab_size} now) instead, and drop the --set."
+            )
+
+
 def _check_field(field: dataclasses.Field, value: Any) -> None:
-    minimum, choices = field.metadata.get("minimum"), field.metadata.get("choices")
+    meta = field.metadata
+    minimum, maximum, choices = meta["minimum"], meta["maximum"], meta["choices"]
     where = f"{field.name} ({_flag(field.name)})"
     if choices is not None and value not in choices:
         raise ValueError(
@@ -124,7 +173,20 @@ def _check_field(field: dataclasses.Field, value: Any) -> None:
         raise ValueError(f"{where} must be a number. Received: {value!r}")
     if field.type in ("int", "int | None") and not isinstance(value, int):
         raise ValueError(f"{where} must be an integer. Received: {value!r}")
-    strictly = field.name == "learning_rate_scale"
-    if value < minimum or (strictly and value == minimum):
-        bound = f"> {minimum}" if strictly else f">= {minimum}"
+    # NaN compares false with every bound, so it needs its own check.
+    if not math.isfinite(value):
+        raise ValueError(f"{where} must be a finite number. Received: {value!r}")
+    if value < minimum or (meta["strict"] and value == minimum):
+        bound = f"> {minimum}" if meta["strict"] else f">= {minimum}"
         raise ValueError(f"{where} must be {bound}. Received: {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(
+            f"{where} must be <= {_bound_text(maximum)}. Received: {value!r}"
+        )
+
+
+def _bound_text(maximum: int) -> str:
+    """4294967295 -> '4294967295 (< 2**32)': the range as people know it."""
+    if (maximum + 1) & maximum == 0:
+        return f"{maximum} (< 2**{maximum.bit_length()})"
+    return str(maximum)

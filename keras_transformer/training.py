@@ -51,10 +51,8 @@ from keras_transformer.data.pipeline import (
     DEFAULT_BUCKETS,
     BucketedBatches,
     DataPosition,
-    FilterReport,
     bucket_lengths,
-    drop_empty_pairs,
-    drop_long_pairs,
+    filter_pairs,
 )
 from keras_transformer.data.tokenizer import train_tokenizer
 from keras_transformer.distribution import DistributionPlan, setup_distribution
@@ -166,19 +164,27 @@ def prepare_tokenizer(options: TrainOptions, splits: dict[str, Any]):
 
 
 def _filter_pairs(corpus, tokenizer, max_length: int):
-    keep, empty = drop_empty_pairs(corpus.source, corpus.target, corpus.line_numbers)
-    source = tokenizer.encode([corpus.source[i] for i in keep])
-    target = tokenizer.encode([corpus.target[i] for i in keep])
-    lines = [corpus.line_numbers[i] for i in keep]
-    kept, too_long = drop_long_pairs(source, target, lines, max_length)
-    report = FilterReport(kept=len(kept), empty_lines=empty, too_long_lines=too_long)
+    source, target, report = filter_pairs(corpus, tokenizer, max_length)
     _log(report.summary(corpus.origin))
-    if not kept:
+    if not report.kept:
         raise ValueError(
             f"{corpus.origin}: no training pairs left after filtering "
             f"({report.summary(corpus.origin)}). Check the files and --max-length."
         )
-    return [source[i] for i in kept], [target[i] for i in kept]
+    return source, target
+
+
+def _check_budget(tokens_per_batch: int, pairs: int, longest: int, origin: str) -> None:
+    """Refuse a batch budget that the training set cannot fill even once."""
+    capacity = pairs * longest
+    if tokens_per_batch > capacity:
+        raise ValueError(
+            f"--tokens-per-batch {tokens_per_batch:,} is more than the training "
+            f"set can fill: {origin} has {pairs:,} pairs (after filtering), "
+            f"{capacity:,} tokens even padded to --max-length {longest}. Use at "
+            f"most --tokens-per-batch {capacity} (every pair in one batch); "
+            "a few thousand is usual."
+        )
 
 
 def prepare_batches(
@@ -199,8 +205,13 @@ def prepare_batches(
         shard_index=plan.shard_index,
         num_shards=plan.num_shards,
     )
+    source, target = _filter_pairs(splits["train"], tokenizer, options.max_length)
+    _check_budget(
+        options.tokens_per_batch, len(source), buckets[-1], splits["train"].origin
+    )
     train = BucketedBatches(
-        *_filter_pairs(splits["train"], tokenizer, options.max_length),
+        source,
+        target,
         seed=options.seed,
         accumulation_steps=options.accumulation_steps,
         **common,
@@ -231,9 +242,10 @@ def prepare_batches(
 
 
 def model_config(options: TrainOptions, tokenizer) -> TransformerConfig:
-    """The preset with the overrides and the tokenizer's vocabulary size."""
+    """The preset with the overrides and the tokenizer's vocabulary size
+    (`TrainOptions` refuses an override of it: the tokenizer owns it)."""
     return TransformerConfig.preset(
-        options.preset, **{"vocab_size": tokenizer.vocab_size, **options.overrides}
+        options.preset, **{**options.overrides, "vocab_size": tokenizer.vocab_size}
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 
 import pytest
@@ -312,3 +313,120 @@ def test_evaluate_src_without_run_dir_is_an_error(tmp_path, capsys):
     src.write_text("a\n")
     assert main(["evaluate", "--src", str(src), "--ref", str(src)]) == 2
     assert "--run-dir" in capsys.readouterr().err
+
+
+# --- train: flags refused at option validation, before any data -------------------
+
+
+def _train_exit(argv, monkeypatch, tmp_path):
+    """Exit status of `train ARGV`, failing the test if data is loaded."""
+    monkeypatch.setattr(training, "load_dataset", _never)
+    run_dir = tmp_path / "run"
+    try:
+        code = main(["train", "--run-dir", str(run_dir), *argv])
+    except SystemExit as exit:  # argparse's own usage error.
+        code = exit.code
+    assert not run_dir.exists()
+    return code
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--learning-rate-scale", "nan"),
+        ("--learning-rate-scale", "inf"),
+        ("--max-minutes", "nan"),
+        ("--max-minutes", "inf"),
+    ],
+)
+def test_train_non_finite_float_flags_are_refused_naming_the_flag(
+    flag, value, monkeypatch, capsys, tmp_path, no_training
+):
+    assert _train_exit([flag, value], monkeypatch, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "must be a finite number" in err
+    assert "must be > 0" not in err
+
+
+def test_train_seed_past_32_bits_is_refused_naming_the_flag_and_range(
+    monkeypatch, capsys, tmp_path, no_training
+):
+    assert _train_exit(["--seed", str(2**32)], monkeypatch, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "--seed" in err and "2**32" in err and str(2**32) in err
+    assert training.TrainOptions(seed=2**32 - 1).seed == 2**32 - 1
+
+
+def test_train_max_minutes_zero_is_refused(monkeypatch, capsys, tmp_path, no_training):
+    # It trained nothing and still wrote model.keras, with exit status 0.
+    assert _train_exit(["--max-minutes", "0"], monkeypatch, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "--max-minutes" in err and "must be > 0" in err
+
+
+@pytest.mark.parametrize("item", ["vocab_size=50", "target_vocab_size=10"])
+def test_train_set_of_the_tokenizers_vocabulary_is_refused_naming_both(
+    item, monkeypatch, capsys, tmp_path, no_training
+):
+    argv = ["--vocab-size", "300", "--set", item]
+    assert _train_exit(argv, monkeypatch, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"--set {item}" in err
+    assert "--vocab-size" in err and "300" in err
+    assert "1000" not in err  # The tiny preset's vocabulary, not this run's.
+
+
+def test_train_tsv_with_src_and_tgt_is_refused(
+    monkeypatch, capsys, tmp_path, no_training
+):
+    argv = ["--dataset", "files", "--train-tsv", "t.tsv",
+            "--train-src", "a.en", "--train-tgt", "a.de"]  # fmt: skip
+    assert _train_exit(argv, monkeypatch, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "--train-tsv" in err and "--train-src" in err and "one or the other" in err
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--train-src", "a.en", "--train-tgt", "a.de"], "--train-src"),
+        (["--dataset", "multi30k", "--valid-tsv", "v.tsv"], "--valid-src"),
+        (["--data-dir", "somewhere"], "--data-dir"),
+        (["--dataset", "files", "--train-tsv", "t.tsv", "--data-dir", "d"],
+         "--data-dir"),
+        (["--source-lang", "de"], "--source-lang"),
+        (["--target-lang", "en"], "--target-lang"),
+    ],
+)  # fmt: skip
+def test_train_data_flags_that_the_dataset_ignores_are_refused(
+    argv, flag, monkeypatch, capsys, tmp_path, no_training
+):
+    assert _train_exit(argv, monkeypatch, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "is read only with --dataset" in err
+
+
+def test_train_more_cpu_devices_than_cores_is_refused(
+    monkeypatch, capsys, tmp_path, no_training
+):
+    # 64 simulated devices on 2 cores: a step took over 10 minutes.
+    from keras_transformer import distribution
+
+    monkeypatch.setattr(distribution, "simulate_cpu_devices", _never)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    argv = ["--cpu-devices", str(cores + 1)]
+    assert _train_exit(argv, monkeypatch, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"--cpu-devices {cores + 1}" in err
+    assert f"{cores} CPU core" in err and f"at most --cpu-devices {cores}" in err
+
+
+def test_python_options_name_the_field_and_flag_of_new_checks():
+    with pytest.raises(ValueError, match=r"learning_rate_scale .* finite"):
+        training.TrainOptions(learning_rate_scale=float("nan"))
+    with pytest.raises(ValueError, match=r"seed \(--seed\) must be <= 4294967295"):
+        training.TrainOptions(seed=2**32)
+    with pytest.raises(ValueError, match=r"overrides\['vocab_size'\]"):
+        training.TrainOptions(overrides={"vocab_size": 10})
+    # None means "the same as vocab_size": nothing to refuse.
+    assert training.TrainOptions(overrides={"target_vocab_size": None})

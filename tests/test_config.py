@@ -224,3 +224,18 @@ def test_json_with_invalid_value(tmp_path):
     with pytest.raises(ValueError) as error:
         TransformerConfig.from_json(path)
     _assert_names(error, "dropout_rate", 2.0)
+
+
+FLOAT_FIELDS = [
+    f.name for f in dataclasses.fields(TransformerConfig) if f.type == "float"
+]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("name", FLOAT_FIELDS)
+def test_non_finite_float_fields_are_refused_naming_the_field(name, value):
+    # NaN passes comparison-based range checks: layer_norm_epsilon=nan was
+    # accepted and trained to a NaN loss.
+    with pytest.raises(ValueError, match="a finite number") as error:
+        TransformerConfig.preset("tiny", **{name: value})
+    _assert_names(error, name, value)

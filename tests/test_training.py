@@ -289,3 +289,30 @@ def test_validation_pads_to_the_smallest_bucket_holding_its_longest_pair(
     assert lengths[-1] == longest_bucket
     # Every validation pair is there once.
     assert sum(data.valid.real_tokens_per_batch()) == sum(n + 1 for n in valid_lengths)
+
+
+# --- the batch budget is bounded by the training set ------------------------------
+
+
+@pytest.mark.parametrize("budget", [10**6, 10**12])
+def test_a_budget_the_training_set_cannot_fill_is_refused_naming_flag_and_size(
+    budget,
+):
+    # 16 pairs padded to --max-length 32 are 512 tokens: no batch of the
+    # budget can ever be filled (10**6 on 3,000 pairs grew to 23 GiB).
+    splits = {"train": corpus([3, 5, 9, 12] * 4, "train.en | train.de")}
+    opts = TrainOptions(max_length=32, tokens_per_batch=budget)
+    with pytest.raises(ValueError) as info:
+        training.prepare_batches(opts, splits, WordTokenizer())
+    message = str(info.value)
+    assert f"--tokens-per-batch {budget:,}" in message
+    assert "train.en | train.de has 16 pairs" in message and "512 tokens" in message
+    assert "at most --tokens-per-batch 512" in message
+
+
+def test_a_budget_the_training_set_just_fills_is_accepted():
+    splits = {"train": corpus([3, 5, 9, 12] * 4, "train")}
+    opts = TrainOptions(max_length=32, tokens_per_batch=512)
+    data = training.prepare_batches(opts, splits, WordTokenizer())
+    assert sum(data.train.real_tokens_per_batch()) == 16 + (3 + 5 + 9 + 12) * 4
+    assert all(rows <= 16 for rows, _ in data.train.shapes())

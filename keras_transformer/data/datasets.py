@@ -35,6 +35,28 @@ class DatasetSpec:
     files: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     lenient_utf8: bool = False
 
+    def __post_init__(self) -> None:
+        # A setting that the chosen dataset does not read would be ignored
+        # without a word: refuse it instead. (An unknown name is
+        # load_dataset's error.)
+        downloaded = self.name == "multi30k" or self.name.startswith("tfds:")
+        if not downloaded and self.name not in ("builtin", "files"):
+            return
+        if self.files and self.name != "files":
+            splits = ", ".join(f"--{split}-src/tgt/tsv" for split in self.files)
+            self._refuse_unread(f"{splits} (files=)", "files")
+        for field in ("data_dir", "source_lang", "target_lang"):
+            if getattr(self, field) and not downloaded:
+                flag = "--" + field.replace("_", "-")
+                self._refuse_unread(f"{flag} ({field}=)", "multi30k or tfds:NAME")
+
+    def _refuse_unread(self, setting: str, datasets: str) -> None:
+        raise DataError(
+            f"{setting} is read only with --dataset {datasets}; --dataset "
+            f"{self.name} would ignore it. Drop it, or choose a dataset that "
+            "reads it."
+        )
+
 
 def _builtin(spec: DatasetSpec) -> dict[str, ParallelCorpus]:
     from keras_transformer.data.builtin_corpus import generate_corpus

@@ -225,11 +225,12 @@ def _local_multi30k_file(data_dir: Path, stem: str, lang: str) -> Path:
         if candidate.is_file():
             return candidate
     if not data_dir.is_dir():
-        raise DataError(f"Multi30k data_dir does not exist: {data_dir}")
+        raise DataError(f"Multi30k --data-dir (data_dir) does not exist: {data_dir}")
     raise DataError(
         f"Multi30k file not found: expected {compressed} (or {plain}). "
-        f"Download {MULTI30K_URL}/{stem}.{lang}.gz into {data_dir}, or pass "
-        "data_dir=None to download into the cache."
+        f"Download {MULTI30K_URL}/{stem}.{lang}.gz into {data_dir}, or leave "
+        "out --data-dir (data_dir=None from Python) to download it into the "
+        "cache."
     )
 
 

@@ -19,6 +19,7 @@ import keras
 import numpy as np
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
+from keras_transformer.data.text_files import ParallelCorpus
 
 # Padded lengths. Every 4 tokens up to 32, where most sentences of the
 # usual corpora fall: on Multi30k, against buckets every 8 tokens, real
@@ -37,7 +38,7 @@ def shift_for_teacher_forcing(target: Sequence[int]) -> tuple[list[int], list[in
 
 @dataclasses.dataclass
 class FilterReport:
-    """What `filter_training_pairs` dropped, with 1-based line numbers."""
+    """What `filter_pairs` dropped, with 1-based line numbers."""
 
     kept: int
     empty_lines: list[int]
@@ -87,6 +88,25 @@ def drop_long_pairs(
     return keep, dropped
 
 
+def filter_pairs(
+    corpus: ParallelCorpus, tokenizer, max_length: int
+) -> tuple[list[list[int]], list[list[int]], FilterReport]:
+    """Encode a training corpus and drop its empty and over-long pairs.
+
+    `tokenizer` has `encode(list[str]) -> list[list[int]]`. Returns the kept
+    pairs' source and target ids (no BOS/EOS, in corpus order) and the
+    `FilterReport` of what was dropped, by line. Whether an empty result is
+    an error is the caller's decision.
+    """
+    keep, empty = drop_empty_pairs(corpus.source, corpus.target, corpus.line_numbers)
+    source = tokenizer.encode([corpus.source[i] for i in keep])
+    target = tokenizer.encode([corpus.target[i] for i in keep])
+    lines = [corpus.line_numbers[i] for i in keep]
+    kept, too_long = drop_long_pairs(source, target, lines, max_length)
+    report = FilterReport(kept=len(kept), empty_lines=empty, too_long_lines=too_long)
+    return [source[i] for i in kept], [target[i] for i in kept], report
+
+
 def bucket_lengths(max_length: int, buckets: Sequence[int] = DEFAULT_BUCKETS):
     """The bucket boundaries up to `max_length` (the last one is max_length)."""
     chosen = [b for b in buckets if b < max_length]
@@ -129,7 +149,9 @@ class BucketedBatches(keras.utils.PyDataset):
         tokens_per_batch: budget of padded target tokens per (global) batch;
             the rows of bucket b are tokens_per_batch // length_b (at least
             `row_multiple`), rounded down to a multiple of 8 where that
-            leaves at least 8, and always to a multiple of `row_multiple`.
+            leaves at least 8, and always to a multiple of `row_multiple`;
+            but never more than the number of pairs rounded up to that
+            multiple (see `batch_size`).
         buckets: sorted padded lengths.
         shuffle: reshuffle rows and batch order every epoch, seeded by
             (seed, epoch), so a run is reproducible and resumable.
@@ -188,12 +210,27 @@ class BucketedBatches(keras.utils.PyDataset):
         self._source = [np.asarray(s, np.int32) for s in source_ids]
         self._target = [np.asarray(t, np.int32) for t in target_ids]
         self._members = self._assign_buckets()
+        # Rounded up to the multiple that the budget's rows are rounded to.
+        multiple = math.lcm(8, self.row_multiple)
+        self._row_bound = -(-len(self._source) // multiple) * multiple
         self.epoch = 0
         self._batches = self._plan_epoch(0)
 
     def batch_size(self, bucket: int) -> int:
-        """Rows of every (global) batch of `bucket`: at least one per replica,
-        even where that exceeds the budget (a single very long pair)."""
+        """Rows of every (global) batch of `bucket`: the budget's rows, but
+        never more than all the pairs, rounded up as the budget's rows are.
+
+        Only the last bucket's batches and the empty batches that complete
+        an update can have pad rows (a lower bucket's batches are full), so
+        the bound changes nothing for a budget the corpus can fill, and
+        spares the memory of one it cannot (a budget of 10**12 was 10**10
+        rows of padding)."""
+        return min(self._budget_rows(bucket), self._row_bound)
+
+    def _budget_rows(self, bucket: int) -> int:
+        """tokens_per_batch // length: at least one row per replica, even
+        where that exceeds the budget (a single very long pair). The plan
+        cuts batches of this size."""
         rows = max(self.tokens_per_batch // self.buckets[bucket], self.row_multiple)
         multiple = math.lcm(8, self.row_multiple)
         if rows < multiple:
@@ -224,7 +261,7 @@ class BucketedBatches(keras.utils.PyDataset):
             if self.shuffle:
                 rng.shuffle(pool)
             pool = carried + pool
-            size = self.batch_size(bucket)
+            size = self._budget_rows(bucket)
             if bucket < last:
                 full = len(pool) - len(pool) % size
                 batches += [(bucket, pool[i : i + size]) for i in range(0, full, size)]

@@ -13,7 +13,10 @@ Conventions shared by all file readers:
 * Lines end with ``\\n``; one trailing ``\\r`` per line (CRLF files) is removed.
   No other character splits a line (unlike `str.splitlines`, a form feed or
   U+2028 inside a sentence stays inside it). A final line without a newline
-  counts as a line; an empty file has no lines.
+  counts as a line; an empty file has no lines. A file with more bare
+  ``\r`` (not followed by ``\n``) than ``\n`` uses CR line ends (classic Mac)
+  and raises `DataError` naming the file and the first one; a line-count
+  mismatch names any bare ``\r`` inside a line.
 * A UTF-8 byte-order mark at the very start of a file is removed.
 * Nothing else is changed: no stripping of spaces, no Unicode normalisation,
   and no line is dropped. Empty or over-long training pairs are filtered
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import warnings
 import zlib
 from dataclasses import dataclass
@@ -56,6 +60,7 @@ __all__ = [
 _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = "\ufeff"
 _NUL = b"\x00"
+_BARE_CR = re.compile(rb"\r(?!\n)")
 
 
 class DataError(ValueError):
@@ -151,6 +156,39 @@ def _check_no_nul(path: str | Path, data: bytes, is_gzip: bool) -> None:
         )
 
 
+def _first_bare_cr(data: bytes) -> int:
+    """Offset of the first '\\r' not followed by '\\n', or -1."""
+    match = _BARE_CR.search(data)
+    return match.start() if match else -1
+
+
+def _check_line_ends(path: Path, data: bytes, is_gzip: bool) -> None:
+    # More bare CRs than newlines: the CRs are the line ends (classic Mac
+    # files), and the file would read as a few huge lines. A stray CR
+    # inside a sentence of an LF file stays text (see the module notes).
+    bare = data.count(b"\r") - data.count(b"\r\n")
+    # A file's last CR ends its last line either way: not counted against it.
+    if bare - data.endswith(b"\r") > data.count(b"\n"):
+        offset = _first_bare_cr(data)
+        raise DataError(
+            f"{path}: lines end with a bare carriage return (\\r without \\n, "
+            f"classic Mac line ends): {bare} of them, the first at "
+            f"{_position(data, offset, is_gzip)}. Only \\n or \\r\\n ends a "
+            "line here; convert the file, e.g. tr '\\r' '\\n' < IN > OUT."
+        )
+
+
+def _bare_cr_hint(path: Path, lines: list[str]) -> str:
+    """Why line counts may differ: CRs that some editor meant as line ends."""
+    number = next((n for n, line in enumerate(lines, 1) if "\r" in line), None)
+    if number is None:
+        return ""
+    return (
+        f" {path} has a bare carriage return (\\r without \\n) inside line "
+        f"{number}: if it was meant as a line end, convert it to \\n."
+    )
+
+
 def _split_lines(text: str) -> list[str]:
     """Split on '\\n' only, dropping one trailing '\\r' per line."""
     if not text:
@@ -191,6 +229,7 @@ def _decode_lines(
     name: str | Path, data: bytes, is_gzip: bool, lenient_utf8: bool
 ) -> tuple[list[str], list[int]]:
     _check_no_nul(name, data, is_gzip)
+    _check_line_ends(name, data, is_gzip)
     try:
         lines, bad = _split_lines(data.decode("utf-8")), []
     except UnicodeDecodeError as error:
@@ -287,6 +326,8 @@ def read_parallel_files(
             f"{target_path} has {_plural(len(target), 'line')}. "
             f"Line {first_extra} of {longer} is the first with no counterpart "
             f"in {shorter}."
+            + _bare_cr_hint(source_path, source)
+            + _bare_cr_hint(target_path, target)
         )
     _warn_replaced(source_path, source_bad)
     _warn_replaced(target_path, target_bad)

@@ -432,3 +432,13 @@ def test_load_multi30k_network_failure(tmp_path, closed_port_url):
 def test_module_imports_nothing_heavy():
     # Keras is imported by download_file only.
     assert_imports_nothing_heavy("keras_transformer.data.multi30k")
+
+
+def test_missing_file_advice_speaks_to_the_cli_and_to_python(no_network, tmp_path):
+    # It told a command-line user to "pass data_dir=None".
+    with pytest.raises(DataError) as info:
+        load_multi30k("valid", data_dir=tmp_path)
+    message = str(info.value)
+    assert "--data-dir" in message and "data_dir=None" in message
+    with pytest.raises(DataError, match="--data-dir"):
+        load_multi30k("valid", data_dir=tmp_path / "nowhere")

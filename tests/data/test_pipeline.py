@@ -16,9 +16,11 @@ from keras_transformer.data.pipeline import (
     bucket_lengths,
     drop_empty_pairs,
     drop_long_pairs,
+    filter_pairs,
     pad_batch,
     shift_for_teacher_forcing,
 )
+from keras_transformer.data.text_files import ParallelCorpus
 
 BUCKETS = (4, 8, 16)
 
@@ -462,3 +464,71 @@ def test_bad_batching_arguments_name_the_argument():
             make_batches(**{name: 0})
     with pytest.raises(ValueError, match="shard_index"):
         make_batches(shard_index=2, num_shards=2)
+
+
+# --- filter_pairs: the whole filtering step -------------------------------------
+
+
+class CharTokenizer:
+    """One id per character (4 + its code modulo 90): lengths are the text's."""
+
+    def encode(self, texts):
+        return [[4 + ord(char) % 90 for char in text] for text in texts]
+
+
+def test_filter_pairs_encodes_keeps_order_and_reports_dropped_lines():
+    source = ["ab", "", "abcdef", "c", " ", "de"]
+    target = ["xy", "z", "x", "abcd", "w", "uvw"]
+    lines = [2, 3, 5, 7, 11, 13]  # Not simply index + 1.
+    corpus = ParallelCorpus(source, target, "s | t", lines)
+    tokenizer = CharTokenizer()
+    kept_source, kept_target, report = filter_pairs(corpus, tokenizer, max_length=4)
+    # "abcdef" (6 > 4) and the target "abcd" (4 + the end token > 4) are
+    # over-long; "" and " " are empty.
+    assert kept_source == tokenizer.encode(["ab", "de"])
+    assert kept_target == tokenizer.encode(["xy", "uvw"])
+    assert report == FilterReport(kept=2, empty_lines=[3, 11], too_long_lines=[5, 7])
+
+
+def test_filter_pairs_leaves_an_empty_result_to_the_caller():
+    corpus = ParallelCorpus(["", "abcdefgh"], ["x", "y"], "here", [1, 2])
+    source, target, report = filter_pairs(corpus, CharTokenizer(), max_length=4)
+    assert (source, target, report.kept) == ([], [], 0)
+    assert report.empty_lines == [1] and report.too_long_lines == [2]
+
+
+# --- rows are bounded by the corpus, whatever the budget ------------------------
+
+
+@pytest.mark.parametrize("budget", [10**6, 10**12])
+def test_rows_are_bounded_by_the_pairs_whatever_the_budget(budget):
+    # Every batch had budget // length rows: 10**12 was a MemoryError, and
+    # 10**6 on 3,000 pairs grew to 23 GiB.
+    source, target = make_pairs(20, seed=6)
+    batches = BucketedBatches(
+        source, target, tokens_per_batch=budget, buckets=BUCKETS, seed=0
+    )
+    assert batches.shapes() == {(24, 16)}  # 20 pairs, rounded up to 8s.
+    assert collections.Counter(epoch_pairs(batches)) == collections.Counter(
+        zip(map(tuple, source), map(tuple, target), strict=True)
+    )
+    inputs, labels, weights = batches[0]
+    assert labels.shape == (24, 16) and int(labels.any(axis=1).sum()) == 20
+    replicas = BucketedBatches(
+        source, target, tokens_per_batch=budget, buckets=BUCKETS, row_multiple=3
+    )
+    assert replicas.shapes() == {(24, 16)}  # A multiple of 8 and of 3.
+    accumulated = BucketedBatches(
+        source, target, tokens_per_batch=budget, buckets=BUCKETS,
+        accumulation_steps=2,
+    )  # fmt: skip
+    # The empty batch that completes the update is bounded too.
+    assert [accumulated[i][1].shape for i in range(2)] == [(24, 16), (24, 4)]
+
+
+def test_a_budget_the_corpus_fills_keeps_the_budgets_rows():
+    # The bound is above every batch that a fillable budget cuts: the same
+    # rows as budget // length, for the last bucket's batches too.
+    batches, source, _ = make_batches(count=200, seed=3, tokens_per_batch=64)
+    assert [batches.batch_size(b) for b in range(3)] == [16, 8, 4]
+    assert batches.shapes() == {(16, 4), (8, 8), (4, 16)}

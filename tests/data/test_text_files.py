@@ -293,3 +293,41 @@ def test_nul_byte_in_utf16_text_is_reported(tmp_path):
 
 def test_modules_import_nothing_heavy():
     assert_imports_nothing_heavy("keras_transformer.data.text_files")
+
+
+# --------------------------------------------------------------------------
+# Bare carriage returns
+# --------------------------------------------------------------------------
+
+
+def test_bare_cr_line_ends_are_named_with_file_and_line(tmp_path):
+    # Classic Mac files read as one huge line each: they were reported as a
+    # line-count mismatch (1 line against 3).
+    src = write(tmp_path / "mac.en", b"one\rtwo\rthree\r")
+    tgt = write(tmp_path / "unix.de", b"eins\nzwei\ndrei\n")
+    with pytest.raises(DataError) as info:
+        read_parallel_files(src, tgt)
+    message = str(info.value)
+    assert str(src) in message and "bare carriage return" in message
+    assert "3 of them" in message and "line 1, byte 4" in message
+    assert "different line counts" not in message
+    with pytest.raises(DataError, match="bare carriage return"):
+        read_text_lines(src)
+    with pytest.raises(DataError, match="bare carriage return"):
+        read_tsv(write(tmp_path / "mac.tsv", b"a\tb\rc\td\r", compress=True))
+
+
+def test_line_count_mismatch_names_a_bare_cr_inside_a_line(tmp_path):
+    src = write(tmp_path / "s.en", b"one\ntwo\rthree\nfour\n")
+    tgt = write(tmp_path / "t.de", b"eins\nzwei\ndrei\nvier\n")
+    with pytest.raises(DataError) as info:
+        read_parallel_files(src, tgt)
+    message = str(info.value)
+    assert "different line counts" in message
+    assert f"{src} has a bare carriage return" in message and "line 2" in message
+
+
+def test_a_final_bare_cr_and_a_stray_one_are_text(tmp_path):
+    # Only a file whose CRs outnumber its newlines is refused.
+    assert read_text_lines(write(tmp_path / "a", b"hello\r")) == ["hello"]
+    assert read_text_lines(write(tmp_path / "b", b"x\ry\nz\n")) == ["x\ry", "z"]
