@@ -74,6 +74,7 @@ NORMALIZATIONS = ("identity", "nfkc", "nmt_nfkc")
 """SentencePiece normalisations accepted by `train_tokenizer` (module doc)."""
 _BYTE_PIECES = 256
 _META_FILE = "tokenizer.json"
+_RETRAIN = "Restore the file, or train into a new run directory."
 # SentencePiece reports a vocabulary it cannot build only in these messages.
 _TOO_SMALL = re.compile(
     r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)"
@@ -287,6 +288,8 @@ class SentencePieceTokenizer(SubwordTokenizer):
     def load(cls, directory: Path) -> SentencePieceTokenizer:
         path = directory / cls.model_file
         proto = path.read_bytes()
+        if not proto:  # Parses as a model without pieces.
+            raise ValueError(f"{path} is empty (truncated). " + _RETRAIN)
         try:
             return cls(proto)
         except ValueError as error:  # Other reserved ids: it says which.
@@ -296,8 +299,7 @@ class SentencePieceTokenizer(SubwordTokenizer):
             # "ParseFromArray", and nothing of the file.
             raise ValueError(
                 f"{path}: not a readable SentencePiece model ({len(proto)} "
-                "bytes: truncated or damaged). Restore the file, or train "
-                "into a new run directory."
+                "bytes: truncated or damaged). " + _RETRAIN
             ) from None
 
 
