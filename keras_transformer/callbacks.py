@@ -9,6 +9,7 @@ the same updates. The clock must come first in the callback list.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import signal
@@ -17,6 +18,46 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import keras
+import numpy as np
+
+EXIT_INTERRUPTED = 75  # sysexits EX_TEMPFAIL: stopped cleanly, run it again.
+
+
+class TrainingInterrupted(RuntimeError):
+    """SIGTERM or Ctrl-C stopped training after saving a checkpoint."""
+
+    def __init__(self, signal_name: str, step: int, run_dir: Path):
+        self.step = step
+        super().__init__(
+            f"{signal_name}: saved a checkpoint at step {step} in {run_dir} and "
+            f"stopped (exit status {EXIT_INTERRUPTED}). Run the same command "
+            "again to resume exactly where it stopped."
+        )
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite.
+
+    `run_kept` False: the run had no checkpoint yet, and the trainer removed
+    it (see `training.train`), so the corrected command starts afresh.
+    """
+
+    def __init__(self, step: int, value: float, *, run_kept: bool = True):
+        self.step = step
+        self.value = value
+        if run_kept:
+            outcome = (
+                "training stopped without saving that step, and the last good "
+                "checkpoint is kept. Lower --learning-rate-scale or raise the "
+                "warmup, then resume."
+            )
+        else:
+            outcome = (
+                "training stopped before its first checkpoint, so the run was "
+                "removed. Lower --learning-rate-scale or raise the warmup, then "
+                "run again."
+            )
+        super().__init__(f"the training loss became {value} at step {step}; {outcome}")
 
 
 class UpdateClock(keras.callbacks.Callback):
@@ -78,9 +119,12 @@ class _EveryNSteps:
 
 
 class StepCheckpoints(keras.callbacks.Callback):
-    """Call `save(model)` every `every` updates (0: never; the trainer saves
-    the final checkpoint itself). On JAX, `self.model` first syncs the
-    trained state back into the model's variables."""
+    """Call `save(model)` every `every` updates (0: never), and at the update
+    where a callback before this one stopped training (`--max-steps`,
+    `--max-minutes`): saved there, inside the epoch, the checkpoint holds
+    the epoch's running metrics, which the epoch-end validation resets. On
+    JAX, `self.model` first syncs the trained state back into the model's
+    variables."""
 
     def __init__(
         self,
@@ -95,8 +139,42 @@ class StepCheckpoints(keras.callbacks.Callback):
         self._every = _EveryNSteps(every)
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._every.due(self.clock):
+        # `_model`: reading `model` would sync JAX's state every batch.
+        stopping = self._model.stop_training and self.clock.at_update_boundary
+        if self._every.due(self.clock) or stopping:
             self.save(self.model)
+
+
+class RestoreEpochMetrics(keras.callbacks.Callback):
+    """Put back the running metrics of a resumed, partly trained epoch.
+
+    `fit` resets the metrics when an epoch begins; a run resumed in the
+    middle of one would then report only the batches after the resume
+    point. `states` are the values of `model.metrics_variables` saved with
+    the checkpoint: the sums and counts of `Mean` metrics (every metric a
+    `Transformer` is compiled with), which add. They are added to the
+    metrics after the first batch of the resumed epoch, when they exist
+    (TensorFlow builds them in the first step); x + y == y + x in floating
+    point, so the sums are those of an uninterrupted run.
+    """
+
+    def __init__(self, states: Sequence[Sequence[float]]):
+        super().__init__()
+        self.states = states
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.states is None:
+            return
+        variables = self.model.metrics_variables  # Syncs JAX's state.
+        if len(variables) != len(self.states):
+            raise ValueError(
+                f"the checkpoint holds {len(self.states)} metric states for a "
+                f"model with {len(variables)} metric variables"
+            )
+        for variable, state in zip(variables, self.states):
+            saved = np.asarray(state).astype(variable.dtype)
+            variable.assign(keras.ops.convert_to_numpy(variable.value) + saved)
+        self.states = None
 
 
 class TrainingLimit(keras.callbacks.Callback):
@@ -136,18 +214,6 @@ class TrainingLimit(keras.callbacks.Callback):
 
     def elapsed_seconds(self) -> float:
         return 0.0 if self.started is None else time.monotonic() - self.started
-
-
-class TrainingDiverged(RuntimeError):
-    """The training loss became NaN or infinite."""
-
-    def __init__(self, step: int, value: float):
-        self.step = step
-        super().__init__(
-            f"the training loss became {value} at step {step}; training stopped "
-            "without saving that step, and the last good checkpoint is kept. "
-            "Lower --learning-rate-scale or raise the warmup, then resume."
-        )
 
 
 class StopOnNonFiniteLoss(keras.callbacks.Callback):
@@ -206,6 +272,12 @@ class GracefulInterrupt(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+def append_json_line(path: Path, entry: dict) -> None:
+    """Append `entry` to a JSON-lines log."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
 class DevBleu(keras.callbacks.Callback):
     """Every `every` updates, translate a small fixed dev subset, log its
     sacreBLEU, and print a few sample translations.
@@ -225,6 +297,7 @@ class DevBleu(keras.callbacks.Callback):
         every: int,
         samples: int = 3,
         log_path: str | Path | None = None,
+        log: Callable[[dict], object] | None = None,
     ):
         super().__init__()
         self.clock = clock
@@ -233,7 +306,9 @@ class DevBleu(keras.callbacks.Callback):
         self.references = list(references)
         self._every = _EveryNSteps(every)
         self.samples = samples
-        self.log_path = None if log_path is None else Path(log_path)
+        if log is None and log_path is not None:
+            log = functools.partial(append_json_line, Path(log_path))
+        self.log = log
         self.history: list[dict] = []
         self._started: float | None = None
         self._evaluating = 0.0
@@ -271,7 +346,6 @@ class DevBleu(keras.callbacks.Callback):
             zip(self.sources, hypotheses, self.references)
         )[: self.samples]:
             print(f"  src: {source}\n  hyp: {hypothesis}\n  ref: {reference}")
-        if self.log_path is not None:
-            with open(self.log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(entry) + "\n")
+        if self.log is not None:
+            self.log(entry)
         return result.bleu

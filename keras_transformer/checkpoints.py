@@ -7,11 +7,15 @@ A checkpoint is two files in the run's `checkpoints/` directory:
   by `translate`, `evaluate`, `average` and `export`;
 - `ckpt-00000500.json`: what Keras does not save, written after the model
   file: the step, the run it belongs to, the data position (the next batch
-  to feed), the dropout seed-generator states, and the model file's size
-  and SHA-256.
+  to feed), the dropout seed-generator states, the running sums of the
+  epoch's training metrics (so a run resumed mid-epoch reports the whole
+  epoch), and the model file's size and SHA-256.
 
 Both are written under a temporary name, flushed to disk and renamed, so a
-crash leaves either the old state or the new one. On resume the newest
+crash leaves either the old state or the new one; a failed write (a full
+disk) removes what it wrote and raises `RunWriteError` naming the
+file and the step. Temporary files a killed process left behind are
+removed by `remove_partials` and by pruning. On resume the newest
 checkpoint whose metadata parses, whose model file matches its recorded size
 and digest, and which loads, wins; each one skipped is named in a warning.
 Checkpoints are ordered by the step recorded in them and belong to one run
@@ -21,6 +25,7 @@ Checkpoints are ordered by the step recorded in them and belong to one run
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -32,7 +37,11 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_transformer.atomic_files import atomic_write_text, atomic_write_with
+from keras_transformer.atomic_files import (
+    PARTIAL_MARK,
+    atomic_write_text,
+    atomic_write_with,
+)
 from keras_transformer.data.pipeline import DataPosition
 
 _STEM = "ckpt-{step:08d}"
@@ -51,6 +60,8 @@ class Checkpoint:
     seed_states: list[list[int]]  # In model order (names vary per instance).
     size: int
     sha256: str
+    # `model.metrics_variables` values; None when not saved inside an epoch.
+    metric_states: list[list[float]] | None = None
 
     @property
     def metadata_path(self) -> Path:
@@ -75,6 +86,46 @@ def _iterations(model: keras.Model) -> int:
     return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
 
 
+class CheckpointSkipped(UserWarning):
+    """`restore_latest` passed over an unusable checkpoint (named)."""
+
+
+class RunWriteError(OSError):
+    """A file of a run could not be written (a full disk, most often). What
+    the failed write made is removed; the earlier checkpoints are intact.
+
+    `what` names the file's role ("the checkpoint", "the final model");
+    `step` is the update it was written at (the trainer sets it when the
+    writer does not know it).
+    """
+
+    def __init__(self, path: Path, error: OSError, what: str, step: int | None = None):
+        super().__init__(error.errno, error.strerror or str(error))
+        self.path = Path(path)
+        self.what = what
+        self.step = step
+
+    def __str__(self) -> str:
+        reason = self.strerror
+        if self.errno == errno.ENOSPC:
+            reason += " (the disk is full)"
+        at = "" if self.step is None else f" at step {self.step}"
+        return (
+            f"could not write {self.what} {self.path}{at}: {reason}. Nothing "
+            "partial was left behind and the earlier checkpoints are intact; "
+            "free some space and run the same command again to resume from "
+            "the last one."
+        )
+
+
+def metric_states(model: keras.Model) -> list[list[float]]:
+    """The values of the model's metric variables (sums and counts)."""
+    return [
+        np.asarray(keras.ops.convert_to_numpy(v.value)).tolist()
+        for v in model.metrics_variables
+    ]
+
+
 def save_checkpoint(
     model: keras.Model,
     directory: str | os.PathLike,
@@ -82,12 +133,41 @@ def save_checkpoint(
     step: int,
     run_id: str,
     position: DataPosition,
+    metrics: list[list[float]] | None = None,
 ) -> Checkpoint:
-    """Write the checkpoint of update `step` (see the module docstring)."""
+    """Write the checkpoint of update `step` (see the module docstring).
+
+    `metrics`: `metric_states(model)` taken inside the epoch (None when the
+    metrics no longer hold the training epoch's sums).
+
+    Raises:
+        RunWriteError: a write failed; nothing of this checkpoint is left
+            behind.
+    """
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{_STEM.format(step=step)}.keras"
-    atomic_write_with(path, model.save)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write_with(path, model.save)
+    except OSError as error:
+        raise RunWriteError(path, error, "the checkpoint", step) from error
+    try:
+        return _write_metadata(model, path, step, run_id, position, metrics)
+    except OSError as error:
+        # Without its metadata the model file is no checkpoint: remove it.
+        path.unlink(missing_ok=True)
+        metadata = path.with_suffix(".json")
+        raise RunWriteError(metadata, error, "the checkpoint", step) from error
+
+
+def _write_metadata(
+    model: keras.Model,
+    path: Path,
+    step: int,
+    run_id: str,
+    position: DataPosition,
+    metrics: list[list[float]] | None,
+) -> Checkpoint:
     checkpoint = Checkpoint(
         path=path,
         step=step,
@@ -100,6 +180,7 @@ def save_checkpoint(
         ],
         size=path.stat().st_size,
         sha256=_sha256(path),
+        metric_states=metrics,
     )
     record = dataclasses.asdict(checkpoint)
     record["path"] = path.name
@@ -121,6 +202,8 @@ def _read_metadata(path: Path) -> Checkpoint:
             seed_states=list(record["seed_states"]),
             size=int(record["size"]),
             sha256=str(record["sha256"]),
+            # Absent from checkpoints written before it was recorded.
+            metric_states=record.get("metric_states"),
         )
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{path}: unreadable checkpoint metadata ({error})") from None
@@ -221,6 +304,7 @@ def restore_latest(
         except (ValueError, OSError, UserWarning) as error:
             warnings.warn(
                 f"skipping checkpoint: {error}; falling back to the previous one",
+                CheckpointSkipped,
                 stacklevel=2,
             )
     if candidates:
@@ -233,10 +317,27 @@ def restore_latest(
 
 
 def prune_checkpoints(directory: str | os.PathLike, run_id: str, keep: int) -> None:
-    """Delete all but the newest `keep` checkpoints of run `run_id`."""
+    """Delete all but the newest `keep` checkpoints of run `run_id`, and the
+    temporary files of interrupted writes."""
     for checkpoint in list_checkpoints(directory, run_id)[:-keep]:
         checkpoint.metadata_path.unlink(missing_ok=True)
         checkpoint.path.unlink(missing_ok=True)
+    remove_partials(directory)
+
+
+def remove_partials(directory: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files (`.ckpt-*.partial.keras`, ...) that a
+    killed process left in `directory`; return them. Call it only while no
+    other process writes there (the run's lock is held)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    removed = []
+    for path in directory.glob(f".*{PARTIAL_MARK}*"):
+        if path.is_file():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def is_intact(checkpoint: Checkpoint) -> bool:

@@ -7,9 +7,11 @@ keras-transformer evaluate --run-dir R --src test.en --ref test.de
 keras-transformer average --run-dir R --last 5
 
 Exit status: 0 done; 1 training diverged (NaN or Inf loss; the message names
-the step); 2 bad input or settings (nothing was trained); 75 training was
-stopped by SIGTERM or Ctrl-C after saving a checkpoint: run it again to
-resume.
+the step); 2 bad input or settings, or a run directory in use by another
+`train` (nothing was trained); 74 a file of the run could not be written, a
+full disk (the message names the file and the step; the earlier checkpoints
+are intact: free space and run it again to resume); 75 training was stopped
+by SIGTERM or Ctrl-C after saving a checkpoint: run it again to resume.
 """
 
 from __future__ import annotations
@@ -248,6 +250,9 @@ def _train(args: argparse.Namespace) -> int:
     except training.TrainingDiverged as error:
         print(f"keras-transformer train: error: {error}", file=sys.stderr)
         return 1
+    except training.RunWriteError as error:
+        print(f"keras-transformer train: error: {error}", file=sys.stderr)
+        return training.EXIT_WRITE_FAILED
     return 0
 
 

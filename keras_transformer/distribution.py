@@ -112,7 +112,7 @@ class DistributionPlan:
     def describe(self) -> str:
         if self.mode == "none":
             return "one device"
-        where = f"{self.num_replicas} replicas"
+        where = f"{self.num_replicas} replica" + ("s" if self.num_replicas != 1 else "")
         if self.num_shards > 1:
             where += f" in {self.num_shards} processes (this is {self.shard_index})"
         return f"{self.mode}: {where}"

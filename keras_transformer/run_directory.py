@@ -20,29 +20,103 @@ Training into an existing run resumes it when the stored identity equals the
 requested one. Otherwise it refuses before touching anything and names each
 differing setting with both values; `overwrite=True` first moves the whole
 directory aside to `<run>.backup-<time>`, so nothing is lost.
+
+A training process holds `lock()` for the life of its run: an exclusive
+`flock` on `.<run>.lock` beside the directory (beside, so that it also
+guards a run not yet created, and stays with the name when `--overwrite`
+moves the old directory aside). The operating system releases it when the
+process ends, however it ends; the file holds the holder's pid, which a
+second `train` on the same directory names when it is refused.
+
+Every file is written atomically (see `atomic_files`); a write that fails
+raises `RunWriteError` naming the file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
+import shutil
+import socket
 import time
 import uuid
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.atomic_files import atomic_write_text
-from keras_transformer.checkpoints import is_intact, list_checkpoints
+from keras_transformer import checkpoints
+from keras_transformer.atomic_files import atomic_write_text, atomic_write_with
+from keras_transformer.callbacks import append_json_line
+from keras_transformer.checkpoints import RunWriteError, is_intact, list_checkpoints
 from keras_transformer.config import TransformerConfig
 from keras_transformer.version import __version__
 
 MANIFEST = "manifest.json"
 
+__all__ = [
+    "MANIFEST",
+    "RunBusy",
+    "RunConflict",
+    "RunDirectory",
+    "RunLock",
+    "RunWriteError",
+    "identity_conflicts",
+]
+
 
 class RunConflict(ValueError):
     """A run directory holds another run than the one requested."""
+
+
+class RunBusy(RunConflict):
+    """Another process holds the run directory's lock."""
+
+
+class RunLock:
+    """An exclusive `flock` on `path`, which holds the holder's pid.
+
+    The OS releases it when the process ends, however it ends; `release`
+    (or leaving the `with` block) releases it sooner. The file stays: a
+    lock file removed while another process waits on it would let a third
+    lock a new file of the same name.
+    """
+
+    def __init__(self, path: Path, run_path: Path):
+        self.path = path
+        self.run_path = run_path
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        """Take the lock, or raise RunBusy naming the holder's pid."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+            os.close(fd)
+            raise RunBusy(
+                f"{self.run_path} is in use by another training process "
+                f"({holder or 'pid unknown'}; lock file {self.path}). Wait for "
+                "it to finish or stop it, or choose another --run-dir."
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # Closing the descriptor releases the flock.
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def identity_conflicts(stored: dict[str, Any], requested: dict[str, Any]) -> list[str]:
@@ -113,6 +187,17 @@ class RunDirectory:
     dev_bleu_path = property(lambda self: self.path / "dev_bleu.jsonl")
     test_hypotheses_path = property(lambda self: self.path / "test.hyp.txt")
     test_scores_path = property(lambda self: self.path / "test_scores.json")
+
+    @property
+    def lock_path(self) -> Path:
+        """`.<run>.lock` beside the run directory (see the module docstring)."""
+        path = self.path.resolve()
+        return path.with_name(f".{path.name}.lock")
+
+    def lock(self) -> RunLock:
+        """Take the run's exclusive lock (RunBusy if another process has it);
+        hold it, as a context manager or until `release`, while writing."""
+        return RunLock(self.lock_path, self.path).acquire()
 
     def manifest(self) -> dict[str, Any] | None:
         """The manifest, or None if there is none (a new run)."""
@@ -191,6 +276,109 @@ class RunDirectory:
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2) + "\n")
         return run_id
 
+    def discard_new_run(self, existed: bool) -> None:
+        """Remove a run this process created that never saved a checkpoint,
+        leaving the directory as it was: absent (`existed` False) or empty.
+        Hold the lock: a new run's directory was empty when it was checked,
+        so whatever it holds now is this run's."""
+        if not self.path.exists():
+            return
+        if not existed:
+            shutil.rmtree(self.path)
+            return
+        for child in self.path.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+    def remove_partials(self) -> list[Path]:
+        """Delete the temporary files of writes a killed process left (in the
+        run, its checkpoints and its tokenizer); return them. Hold the lock."""
+        removed = []
+        for directory in (self.path, self.checkpoint_dir, self.tokenizer_dir):
+            removed += checkpoints.remove_partials(directory)
+        return removed
+
+    # Writing a run (training; the chief process alone, holding the lock).
+    def write_config(self, config: TransformerConfig) -> None:
+        text = json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n"
+        self._write(self.config_path, lambda: atomic_write_text(self.config_path, text))
+
+    def save_tokenizer(self, tokenizer) -> None:
+        self._write(self.tokenizer_dir, lambda: tokenizer.save(self.tokenizer_dir))
+
+    def save_checkpoint(self, model, *, step: int, position, metrics=None):
+        """Write this run's checkpoint of `step` (see `checkpoints`)."""
+        return checkpoints.save_checkpoint(
+            model,
+            self.checkpoint_dir,
+            step=step,
+            run_id=self.run_id,
+            position=position,
+            metrics=metrics,
+        )
+
+    def prune_checkpoints(self, keep: int) -> None:
+        checkpoints.prune_checkpoints(self.checkpoint_dir, self.run_id, keep)
+
+    def save_final_model(self, model, step: int) -> None:
+        """Write `model.keras` atomically: a kill leaves the old file or none."""
+        try:
+            atomic_write_with(self.model_path, model.save)
+        except OSError as error:
+            raise RunWriteError(
+                self.model_path, error, "the final model", step
+            ) from error
+
+    def write_history(self, history: dict[str, list], *, plot: bool = True) -> None:
+        """`history.json`, and with `plot` its curve when matplotlib is
+        installed."""
+        text = json.dumps(history, indent=2) + "\n"
+        self._write(
+            self.history_path, lambda: atomic_write_text(self.history_path, text)
+        )
+        if not plot:
+            return
+        try:
+            from keras_transformer.plots import training_curves
+        except ImportError:  # Plotting is optional.
+            return
+        figure = training_curves(history, self.dev_bleu_entries() or None)
+        self._write(
+            self.curve_path,
+            lambda: atomic_write_with(
+                self.curve_path,
+                lambda path: figure.savefig(path, dpi=100, format="png"),
+            ),
+        )
+
+    def append_dev_bleu(self, entry: dict[str, Any]) -> None:
+        self._write(
+            self.dev_bleu_path, lambda: append_json_line(self.dev_bleu_path, entry)
+        )
+
+    def dev_bleu_entries(self) -> list[dict[str, Any]]:
+        if not self.dev_bleu_path.exists():
+            return []
+        lines = self.dev_bleu_path.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def write_test_scores(self, scores) -> None:
+        """`test_scores.json` from a dataclass such as `BleuResult`."""
+        text = json.dumps(dataclasses.asdict(scores), indent=2) + "\n"
+        path = self.test_scores_path
+        self._write(path, lambda: atomic_write_text(path, text))
+
+    @staticmethod
+    def _write(path: Path, write) -> None:
+        try:
+            write()
+        except RunWriteError:
+            raise
+        except OSError as error:
+            raise RunWriteError(path, error, "the run's file") from error
+
     def save_model(self, model, tokenizer) -> None:
         """Write a model trained outside `train` (your own `model.fit`) and its
         tokenizer as this run's final model, so `translate`, `evaluate` and
@@ -213,6 +401,12 @@ class RunDirectory:
     # Reading a run, for translate / evaluate / average / export.
     def load_config(self) -> TransformerConfig:
         return TransformerConfig.from_json(self.config_path)
+
+    def load_history(self) -> dict[str, list] | None:
+        """`history.json`, or None before the first epoch ended."""
+        if not self.history_path.exists():
+            return None
+        return json.loads(self.history_path.read_text(encoding="utf-8"))
 
     def load_tokenizer(self):
         from keras_transformer.data.tokenizer import load_tokenizer

@@ -28,6 +28,7 @@ import hashlib
 import json
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,16 +36,19 @@ from typing import Any
 import keras
 
 from keras_transformer import checkpoints
-from keras_transformer.atomic_files import atomic_write_text
 from keras_transformer.callbacks import (
+    EXIT_INTERRUPTED,
     DevBleu,
     GracefulInterrupt,
+    RestoreEpochMetrics,
     StepCheckpoints,
     StopOnNonFiniteLoss,
     TrainingDiverged,
+    TrainingInterrupted,
     TrainingLimit,
     UpdateClock,
 )
+from keras_transformer.checkpoints import RunWriteError
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.datasets import load_dataset
 from keras_transformer.data.pipeline import (
@@ -65,11 +69,15 @@ from keras_transformer.metrics import (
 )
 from keras_transformer.model import build_transformer
 from keras_transformer.options import TrainOptions
-from keras_transformer.run_directory import RunConflict, RunDirectory
+from keras_transformer.run_directory import RunBusy, RunConflict, RunDirectory
 from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
 from keras_transformer.translator import Translator
 
 __all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_WRITE_FAILED",
+    "RunBusy",
+    "RunWriteError",
     "TrainOptions",
     "TrainingData",
     "TrainingDiverged",
@@ -85,7 +93,7 @@ __all__ = [
     "train",
 ]
 
-EXIT_INTERRUPTED = 75  # sysexits EX_TEMPFAIL: stopped cleanly, run it again.
+EXIT_WRITE_FAILED = 74  # sysexits EX_IOERR: a write failed (a full disk).
 
 
 @dataclasses.dataclass
@@ -103,18 +111,6 @@ class TrainResult:
     train_seconds: float
     final_loss: float
     test: BleuResult | None
-
-
-class TrainingInterrupted(RuntimeError):
-    """SIGTERM or Ctrl-C stopped training after saving a checkpoint."""
-
-    def __init__(self, signal_name: str, step: int, run_dir: Path):
-        self.step = step
-        super().__init__(
-            f"{signal_name}: saved a checkpoint at step {step} in {run_dir} and "
-            f"stopped (exit status {EXIT_INTERRUPTED}). Run the same command "
-            "again to resume exactly where it stopped."
-        )
 
 
 def _log(message: str) -> None:
@@ -342,9 +338,19 @@ class _StopAtEpochEnd(keras.callbacks.Callback):
         self.model.stop_training = True
 
 
-def _merge_history(previous: dict[str, list], new: dict[str, list], step: int):
-    """Keep the stored epochs up to `step` (a resumed run), then the new ones."""
-    keep = [i for i, s in enumerate(previous.get("step", [])) if s <= step]
+def _merge_history(
+    previous: dict[str, list], new: dict[str, list], start: DataPosition, step: int
+):
+    """The stored epochs that ended before a resumed run's checkpoint (`step`,
+    in epoch `start.epoch`), then the new ones. An epoch cut short there (by
+    a stop at the checkpoint) is dropped: the resumed run finishes it."""
+    steps = previous.get("step", [])
+    epochs = previous.get("epoch") or [None] * len(steps)  # 1-based.
+    keep = [
+        i
+        for i, (s, e) in enumerate(zip(steps, epochs))
+        if s <= step and (e is None or e <= start.epoch)
+    ]
     merged = {key: [values[i] for i in keep] for key, values in previous.items()}
     for key, values in new.items():
         merged.setdefault(key, [None] * len(keep))
@@ -352,70 +358,60 @@ def _merge_history(previous: dict[str, list], new: dict[str, list], step: int):
     return merged
 
 
-def _save_history(history: dict[str, list], run: RunDirectory) -> None:
-    atomic_write_text(run.history_path, json.dumps(history, indent=2) + "\n")
-    try:
-        from keras_transformer.plots import training_curves
-    except ImportError:  # Plotting is optional.
-        return
-    dev_bleu = None
-    if run.dev_bleu_path.exists():
-        lines = run.dev_bleu_path.read_text(encoding="utf-8").splitlines()
-        dev_bleu = [json.loads(line) for line in lines if line.strip()]
-    training_curves(history, dev_bleu).savefig(run.curve_path, dpi=100)
+class _EpochHistory(keras.callbacks.Callback):
+    """Collects each epoch's logs and, on the chief, rewrites `history.json`
+    at every epoch end, so a stopped run keeps the epochs it finished (a
+    resume drops those past its checkpoint and trains them again)."""
+
+    def __init__(self, job: _Job):
+        super().__init__()
+        self.job = job
+        self.epochs: dict[str, list] = {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        for key, value in (logs or {}).items():
+            self.epochs.setdefault(key, []).append(float(value))
+        self.epochs.setdefault("epoch", []).append(epoch + 1)
+        if self.job.plan.is_chief:
+            self.job.run.write_history(self.job.merged_history(), plot=False)
 
 
 class _Job:
-    """The state of one `train` call: run, data, model, clock, callbacks."""
+    """The state of one `train` call: run, data, model, clock, callbacks.
 
-    def __init__(self, options: TrainOptions, extra_callbacks):
+    Built in two phases, so that a bad setting or corpus changes nothing:
+    `__init__` checks the run directory and prepares everything in memory
+    (data, tokenizer, batches, model), raising before any write; `start`
+    then writes the run (chief only) and restores its checkpoint.
+    """
+
+    def __init__(self, options: TrainOptions, plan: DistributionPlan, extra_callbacks):
         self.options = options
-        self.plan = setup_distribution(options.distribute)
+        self.plan = plan
         self.run = RunDirectory(options.run_dir)
+        self.existed = self.run.path.exists()
+        if plan.is_chief:  # The lock is held: no other process writes here.
+            removed = self.run.remove_partials()
+            if removed:
+                _log(f"removed {len(removed)} partial files of an interrupted write")
         self.splits = load_splits(options)
-        identity = run_identity(options, data_fingerprint(self.splits), self.plan)
-        decision = self.run.check(identity, overwrite=options.overwrite)
+        self.identity = run_identity(options, data_fingerprint(self.splits), plan)
+        self.decision = self.run.check(self.identity, overwrite=options.overwrite)
         # Every process decides before the chief writes anything.
         self.plan.barrier("run-directory-checked")
-        self.resuming = decision == "resume"
-        self._start(decision, identity)
+        self.resuming = self.decision == "resume"
         keras.utils.set_random_seed(options.seed)
-        self.tokenizer = self._tokenizer()
+        self.tokenizer, self.tokenizer_is_new = self._tokenizer()
         self.config = model_config(options, self.tokenizer)
-        self._write_config()
+        self._check_stored_config()
         self.data = prepare_batches(options, self.splits, self.tokenizer, self.plan)
-        self.model = build_model(options, self.config, self.plan)
-        self.restored = None
-        if self.resuming:
-            with self.plan.scope():  # The optimizer's state is built here.
-                self.restored = checkpoints.restore_latest(
-                    self.model, self.run.checkpoint_dir, self.run_id
-                )
-        self.start = self.restored.position if self.restored else DataPosition()
-        self.clock = UpdateClock(
-            options.accumulation_steps, self.restored.step if self.restored else 0
-        )
-        self._last_saved = self.clock.step if self.restored else None
-        self.limit = TrainingLimit(
-            self.clock, max_steps=options.max_steps, max_minutes=options.max_minutes
-        )
-        self.interrupt = GracefulInterrupt(self.clock, self.save)
+        self.model = build_model(options, self.config, plan)
         self.extra_callbacks = list(extra_callbacks)
+        self.created = False  # True once `start` has made a new run.
+        self.backup: Path | None = None
+        self._last_saved: int | None = None
 
-    def _start(self, decision: str, identity: dict[str, Any]) -> None:
-        if not self.plan.is_chief:  # Only the chief writes the run directory.
-            manifest = self.run.manifest() if self.resuming else None
-            self.run_id = manifest["run_id"] if manifest else "worker"
-            return
-        if decision == "overwrite":
-            backup = self.run.set_aside()
-            _log(f"--overwrite: moved the previous run to {backup}")
-        if decision == "resume":
-            self.run_id = self.run.run_id
-            _log(f"resuming the run in {self.run.path}")
-        else:
-            options = dataclasses.asdict(self.options)
-            self.run_id = self.run.create(identity, options)
+    # -- phase 1: checks, in memory ------------------------------------------------
 
     def _tokenizer(self):
         # A run stopped before it saved its tokenizer learns it again: the
@@ -423,50 +419,133 @@ class _Job:
         if self.resuming and (self.run.tokenizer_dir / "tokenizer.json").exists():
             tokenizer = self.run.load_tokenizer()
             _log(f"reusing this run's tokenizer in {self.run.tokenizer_dir}")
-            return tokenizer
-        tokenizer = prepare_tokenizer(self.options, self.splits)
-        if self.plan.is_chief:
-            tokenizer.save(self.run.tokenizer_dir)
-        return tokenizer
+            return tokenizer, False
+        return prepare_tokenizer(self.options, self.splits), True
 
-    def _write_config(self) -> None:
+    def _check_stored_config(self) -> None:
         if self.resuming and self.run.config_path.exists():
-            stored = self.run.load_config()
-            if stored != self.config:
+            if self.run.load_config() != self.config:
                 raise RunConflict(
                     f"{self.run.config_path} differs from the model these settings "
                     "build (was it edited?); pass --overwrite to start afresh."
                 )
-        elif self.plan.is_chief:
-            text = json.dumps(self.config.to_dict(), indent=2, sort_keys=True)
-            atomic_write_text(self.run.config_path, text + "\n")
 
-    def save(self, model: keras.Model) -> None:
-        """Checkpoint the current step (chief only; once per step)."""
+    # -- phase 2: the run's files ---------------------------------------------------
+
+    def start(self) -> None:
+        """Write the run (chief), restore its checkpoint, set up the clock."""
+        self._write_run()
+        self.restored = None
+        self.epoch_metrics = None
+        self.previous_history: dict[str, list] = {}
+        if self.resuming:
+            self.restored = self._restore()
+            self.previous_history = self.run.load_history() or {}
+        self.start_position = (
+            self.restored.position if self.restored else DataPosition()
+        )
+        if self.restored and self.start_position.index > 0:
+            self.epoch_metrics = self.restored.metric_states
+        self.start_step = self.restored.step if self.restored else 0
+        self.clock = UpdateClock(self.options.accumulation_steps, self.start_step)
+        self._last_saved = self.start_step if self.restored else None
+        self.limit = TrainingLimit(
+            self.clock,
+            max_steps=self.options.max_steps,
+            max_minutes=self.options.max_minutes,
+        )
+        self.interrupt = GracefulInterrupt(self.clock, self.save)
+        self.history = _EpochHistory(self)
+
+    def _write_run(self) -> None:
+        if not self.plan.is_chief:  # Only the chief writes the run directory.
+            manifest = self.run.manifest() if self.resuming else None
+            self.run_id = manifest["run_id"] if manifest else "worker"
+            return
+        if self.decision == "overwrite":
+            self.backup = self.run.set_aside()
+            _log(f"--overwrite: moved the previous run to {self.backup}")
+        if self.resuming:
+            self.run_id = self.run.run_id
+            _log(f"resuming the run in {self.run.path}")
+        else:
+            self.created = True
+            self.run_id = self.run.create(
+                self.identity, dataclasses.asdict(self.options)
+            )
+        if self.tokenizer_is_new:
+            self.run.save_tokenizer(self.tokenizer)
+        if not self.run.config_path.exists():
+            self.run.write_config(self.config)
+
+    def _restore(self) -> checkpoints.Checkpoint | None:
+        # Skipped checkpoints are logged: a warning would print its source line.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", checkpoints.CheckpointSkipped)
+            with self.plan.scope():  # The optimizer's state is built here.
+                restored = checkpoints.restore_latest(
+                    self.model, self.run.checkpoint_dir, self.run_id
+                )
+        for warning in caught:
+            if issubclass(warning.category, checkpoints.CheckpointSkipped):
+                _log(f"warning: {warning.message}")
+            else:
+                warnings.warn_explicit(
+                    warning.message, warning.category, warning.filename, warning.lineno
+                )
+        return restored
+
+    def discard(self) -> bool:
+        """Undo a new run that never saved a checkpoint (chief): remove it,
+        and put back the run `--overwrite` had moved aside. True if done."""
+        if not (self.plan.is_chief and self.created and self._last_saved is None):
+            return False
+        self.run.discard_new_run(self.existed and self.backup is None)
+        if self.backup is not None:
+            self.backup.rename(self.run.path)
+        return True
+
+    def merged_history(self) -> dict[str, list]:
+        """The stored epochs up to the resumed step, then this call's."""
+        return _merge_history(
+            self.previous_history,
+            self.history.epochs,
+            self.start_position,
+            self.start_step,
+        )
+
+    def save(self, model: keras.Model, *, in_epoch: bool = True) -> None:
+        """Checkpoint the current step (chief only; once per step).
+
+        `in_epoch`: called from a batch callback, where the metrics hold the
+        epoch's running sums (saved to resume mid-epoch with them). Not in a
+        multi-process run, where reading them takes every process."""
         if not self.plan.is_chief or self._last_saved == self.clock.step:
             return
-        position = self.data.train.advance(self.start, self.clock.batches)
+        position = self.data.train.advance(self.start_position, self.clock.batches)
+        metrics = None
+        if in_epoch and position.index > 0 and self.plan.num_shards == 1:
+            metrics = checkpoints.metric_states(model)
         with self.plan.local():
-            checkpoints.save_checkpoint(
-                model,
-                self.run.checkpoint_dir,
-                step=self.clock.step,
-                run_id=self.run_id,
-                position=position,
+            self.run.save_checkpoint(
+                model, step=self.clock.step, position=position, metrics=metrics
             )
-        checkpoints.prune_checkpoints(
-            self.run.checkpoint_dir, self.run_id, self.options.keep_checkpoints
-        )
+        self.run.prune_checkpoints(self.options.keep_checkpoints)
         self._last_saved = self.clock.step
 
     def callbacks(self):
         options = self.options
-        callbacks = [
-            self.clock,  # First: every other callback reads it.
+        callbacks = [self.clock]  # First: every other callback reads it.
+        if self.epoch_metrics is not None:
+            # Before anything that saves: the sums then hold the whole epoch.
+            callbacks.append(RestoreEpochMetrics(self.epoch_metrics))
+        callbacks += [
             StopOnNonFiniteLoss(self.clock),
             self.interrupt,
-            StepCheckpoints(self.clock, self.save, every=options.checkpoint_every),
             self.limit,
+            # After the limit: it saves the step where training stops.
+            StepCheckpoints(self.clock, self.save, every=options.checkpoint_every),
+            self.history,
         ]
         # Dev BLEU decodes on the chief alone: one process only.
         single = self.plan.num_shards == 1
@@ -495,7 +574,7 @@ class _Job:
                     sources,
                     valid.target[subset],
                     every=options.eval_every,
-                    log_path=self.run.dev_bleu_path,
+                    log=self.run.append_dev_bleu,
                 )
             )
         if self.plan.is_chief:
@@ -510,12 +589,12 @@ class _Job:
             or self.limit.out_of_time()
         )
 
-    def _fit_segment(self, position: DataPosition, callbacks, history) -> None:
+    def _fit_segment(self, position: DataPosition, callbacks) -> None:
         """One `fit` from `position`: to the end of its epoch if it starts
         mid-epoch (a resumed run), else to the last epoch."""
         options, data = self.options, self.data
         partial = position.index > 0
-        result = self.model.fit(
+        self.model.fit(
             data.train.for_fit(position),
             steps_per_epoch=len(data.train) - position.index,
             initial_epoch=position.epoch,
@@ -525,42 +604,76 @@ class _Job:
             verbose=_verbosity(options),
             shuffle=False,  # BucketedBatches shuffles, seeded by (seed, epoch).
         )
-        for key, values in result.history.items():
-            history.setdefault(key, []).extend(values)
-        history.setdefault("epoch", []).extend(e + 1 for e in result.epoch)
 
-    def fit(self) -> dict[str, list]:
-        """Run `fit` from the data position to the end; return the history."""
-        history: dict[str, list] = {}
+    def fit(self) -> None:
+        """Run `fit` from the data position to the end (`self.history`)."""
         callbacks = self.callbacks()
-        position = self.start
+        position = self.start_position
         self.plan.prepare_fit(self.model, self.data.train[0])
         self.interrupt.install()
         try:
             if position.index > 0:
-                self._fit_segment(position, callbacks, history)
+                self._fit_segment(position, callbacks)
                 position = DataPosition(position.epoch + 1, 0)
             if position.epoch < self.options.epochs and not self.stopped_early():
-                self._fit_segment(position, callbacks, history)
+                self._fit_segment(position, callbacks)
         finally:
             self.interrupt.uninstall()
-        return history
 
 
 def train(options: TrainOptions, callbacks=()) -> TrainResult:
     """Run (or resume) the training job described by `options`.
 
-    Raises RunConflict before writing anything when the run directory holds
-    another run, TrainingInterrupted after a checkpoint when SIGTERM or
-    Ctrl-C arrives, and TrainingDiverged (naming the step) on a NaN or Inf
-    loss, keeping the last good checkpoint.
+    Holds the run directory's lock throughout (RunBusy when another process
+    has it). Raises RunConflict before writing anything when the run
+    directory holds another run; any error found in the data or settings
+    (an empty corpus, a vocabulary that cannot be built, nothing left after
+    --max-length) is raised before anything is written too, and a new run
+    that fails before its first checkpoint is removed, so the corrected
+    command starts afresh. Raises TrainingInterrupted after a checkpoint
+    when SIGTERM or Ctrl-C arrives, TrainingDiverged (naming the step) on a
+    NaN or Inf loss, keeping the last good checkpoint, and RunWriteError
+    (naming the file and step) when a write fails, a full disk.
     """
-    job = _Job(options, callbacks)
+    plan = setup_distribution(options.distribute)
+    run = RunDirectory(options.run_dir)
+    # Only the chief writes, so only the chief locks.
+    with run.lock() if plan.is_chief else contextlib.nullcontext():
+        job = _Job(options, plan, callbacks)
+        try:
+            return _train(job)
+        except RunWriteError as error:
+            if error.step is None:
+                error.step = job.clock.step if hasattr(job, "clock") else 0
+            _discard(job)
+            raise
+        except TrainingDiverged as error:
+            if _discard(job):
+                raise TrainingDiverged(
+                    error.step, error.value, run_kept=False
+                ) from None
+            raise
+        except BaseException:
+            _discard(job)
+            raise
+
+
+def _discard(job: _Job) -> bool:
+    if not job.discard():
+        return False
+    where = f"; {job.backup} is back in its place" if job.backup else ""
+    _log(f"removed the new run in {job.run.path}: it saved no checkpoint{where}")
+    return True
+
+
+def _train(job: _Job) -> TrainResult:
+    options = job.options
+    job.start()
     run, model, clock = job.run, job.model, job.clock
     if job.restored:
         _log(
             f"restored step {job.restored.step} from {job.restored.path.name} "
-            f"(epoch {job.start.epoch + 1}, batch {job.start.index})"
+            f"(epoch {job.start_position.epoch + 1}, batch {job.start_position.index})"
         )
     _log(
         f"model: preset {options.preset}, {model.count_params():,} parameters; "
@@ -570,28 +683,22 @@ def train(options: TrainOptions, callbacks=()) -> TrainResult:
         f"{options.precision}"
     )
     done = options.max_steps is not None and clock.step >= options.max_steps
-    history = {} if done else job.fit()
+    if not done:
+        job.fit()
     if job.interrupt.interrupted:
         raise TrainingInterrupted(job.interrupt.interrupted, clock.step, run.path)
-    job.save(model)
+    job.save(model, in_epoch=False)
     steps = clock.step
     train_seconds = job.limit.elapsed_seconds() if not done else 0.0
-    final_loss = float("nan")
-    if history.get("loss"):
-        final_loss = float(history["loss"][-1])
+    # A finished run run again trains nothing and keeps its history as it is.
+    merged = job.previous_history if done else job.merged_history()
+    final_loss = float(merged["loss"][-1]) if merged.get("loss") else float("nan")
     test = None
     if job.plan.is_chief:
         with job.plan.local():
-            model.save(run.model_path)
-        previous = {}
-        if job.resuming and run.history_path.exists():
-            previous = json.loads(run.history_path.read_text())
-        start_step = job.restored.step if job.restored else 0
-        merged = _merge_history(previous, history, start_step)
-        _save_history(merged, run)
-        if not history.get("loss") and merged.get("loss"):
-            final_loss = float(merged["loss"][-1])
-        _log(f"trained {steps} steps ({train_seconds / 60:.1f} min) -> {run.path}")
+            run.save_final_model(model, steps)
+        run.write_history(merged)
+        _log(f"{_trained(steps - job.start_step, steps, train_seconds)} -> {run.path}")
         test = _test_score(job)
     return TrainResult(
         run_dir=run.path,
@@ -600,6 +707,19 @@ def train(options: TrainOptions, callbacks=()) -> TrainResult:
         final_loss=final_loss,
         test=test,
     )
+
+
+def _trained(this_time: int, in_all: int, seconds: float) -> str:
+    """ "trained 10 steps (0.1 min)", or for a resumed run "trained 10 steps
+    this time, 150 in all (0.1 min)"."""
+    minutes = f"({seconds / 60:.1f} min)"
+    if this_time == in_all:
+        return f"trained {_plural(in_all, 'step')} {minutes}"
+    return f"trained {_plural(this_time, 'step')} this time, {in_all} in all {minutes}"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _test_score(job: _Job) -> BleuResult | None:
@@ -622,7 +742,5 @@ def _test_score(job: _Job) -> BleuResult | None:
     _log(
         f"test set ({len(splits['test'])} sentences, beam {options.beam_size}): {test}"
     )
-    atomic_write_text(
-        job.run.test_scores_path, json.dumps(dataclasses.asdict(test), indent=2) + "\n"
-    )
+    job.run.write_test_scores(test)
     return test

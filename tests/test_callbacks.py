@@ -14,6 +14,7 @@ import pytest
 from keras_transformer.callbacks import (
     DevBleu,
     GracefulInterrupt,
+    RestoreEpochMetrics,
     StepCheckpoints,
     StopOnNonFiniteLoss,
     TrainingDiverged,
@@ -261,3 +262,51 @@ def test_dev_bleu_logs_scores_and_training_time_without_evaluations(tmp_path):
     assert 0 <= entries[0]["train_seconds"] <= entries[1]["train_seconds"]
     assert entries[1]["train_seconds"] <= wall - 2 * evaluation_pause + 0.01
     assert dev_bleu.history == entries
+
+
+def test_checkpoints_save_the_update_where_a_limit_stops_training():
+    model = tiny_model()
+    clock = UpdateClock()
+    saved = []
+    limit = TrainingLimit(clock, max_steps=5)
+    checkpoints = StepCheckpoints(clock, lambda m: saved.append(clock.step), every=4)
+    x, y = data(20)
+    model.fit(
+        x, y, batch_size=2, epochs=1, verbose=0, callbacks=[clock, limit, checkpoints]
+    )
+    assert saved == [4, 5]
+
+
+def test_restored_epoch_metrics_make_a_split_epoch_report_the_whole():
+    from keras_transformer.checkpoints import metric_states
+
+    def compiled():
+        keras.utils.set_random_seed(3)
+        model = tiny_model()
+        model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+        return model
+
+    x, y = data(12)
+    x = x * np.arange(12)[:, None]  # Batches of different losses.
+    whole = compiled().fit(x, y, batch_size=2, shuffle=False, verbose=0)
+    split = compiled()
+    split.fit(x[:6], y[:6], batch_size=2, shuffle=False, verbose=0)
+    states = metric_states(split)  # Without validation, fit leaves them.
+    rest = split.fit(
+        x[6:],
+        y[6:],
+        batch_size=2,
+        shuffle=False,
+        verbose=0,
+        callbacks=[RestoreEpochMetrics(states)],
+    )
+    for key in ("loss", "mae"):
+        np.testing.assert_allclose(
+            rest.history[key], whole.history[key], rtol=1e-6, err_msg=key
+        )
+
+
+def test_divergence_before_any_checkpoint_says_the_run_was_removed():
+    error = TrainingDiverged(3, float("nan"), run_kept=False)
+    assert "at step 3;" in str(error) and "the run was removed" in str(error)
+    assert "resume" not in str(error)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 
 import keras
@@ -16,8 +18,10 @@ from keras_transformer import (
     transformer_optimizer,
 )
 from keras_transformer.checkpoints import (
+    RunWriteError,
     list_checkpoints,
     prune_checkpoints,
+    remove_partials,
     restore_latest,
     save_checkpoint,
 )
@@ -204,3 +208,65 @@ def test_crash_during_save_keeps_the_previous_checkpoint(saved, monkeypatch):
     assert not (directory / "ckpt-00000006.keras").exists()
     fresh = compiled_model(seed=3)
     assert restore_latest(fresh, directory, RUN).step == 4
+
+
+def test_metric_states_are_saved_with_the_checkpoint(saved):
+    directory, model, _ = saved
+    sums = [[12.5], [3.0]]
+    save_checkpoint(
+        model, directory, step=6, run_id=RUN, position=DataPosition(1, 2), metrics=sums
+    )
+    assert list_checkpoints(directory)[-1].metric_states == sums
+    # Checkpoints written before the field existed read as None.
+    assert list_checkpoints(directory)[0].metric_states is None
+
+
+def test_prune_removes_partial_files_of_a_killed_writer(saved):
+    directory, _, _ = saved
+    leftovers = [
+        directory / ".ckpt-00000006.partial.keras",
+        directory / ".ckpt-00000006.partial.json",
+    ]
+    for path in leftovers:
+        path.write_bytes(b"half")
+    prune_checkpoints(directory, RUN, keep=5)
+    assert not any(path.exists() for path in leftovers)
+    assert [c.step for c in list_checkpoints(directory)] == [2, 4]
+    assert remove_partials(directory) == []
+
+
+def _full_disk(path, *args, **kwargs):
+    with open(path, "wb") as f:
+        f.write(b"PK\x03\x04 half")
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_full_disk_names_the_file_and_step_and_leaves_nothing(saved, monkeypatch):
+    directory, model, _ = saved
+    monkeypatch.setattr(model, "save", _full_disk)
+    with pytest.raises(RunWriteError) as error:
+        save_checkpoint(model, directory, step=6, run_id=RUN, position=DataPosition())
+    message = str(error.value)
+    assert "ckpt-00000006.keras at step 6" in message and "disk is full" in message
+    assert error.value.errno == errno.ENOSPC and error.value.step == 6
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "ckpt-00000002.json",
+        "ckpt-00000002.keras",
+        "ckpt-00000004.json",
+        "ckpt-00000004.keras",
+    ]
+
+
+def test_a_failed_metadata_write_removes_the_model_file(saved, monkeypatch):
+    from keras_transformer import checkpoints
+
+    directory, model, _ = saved
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(checkpoints, "atomic_write_text", full)
+    with pytest.raises(RunWriteError, match=r"ckpt-00000006\.json at step 6"):
+        save_checkpoint(model, directory, step=6, run_id=RUN, position=DataPosition())
+    assert not (directory / "ckpt-00000006.keras").exists()
+    assert [c.step for c in list_checkpoints(directory)] == [2, 4]

@@ -3,21 +3,26 @@ step accounting and precision, in-process on a small corpus."""
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
 import os
+import shutil
 import signal
+from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
-from keras_transformer import training
+from keras_transformer import checkpoints, run_directory, training
 from keras_transformer.callbacks import TrainingDiverged
 from keras_transformer.checkpoints import list_checkpoints
 from keras_transformer.data.text_files import ParallelCorpus
-from keras_transformer.run_directory import RunConflict, RunDirectory
+from keras_transformer.run_directory import RunBusy, RunConflict, RunDirectory
 from keras_transformer.training import TrainingInterrupted, TrainOptions, train
-from tests.helpers import training_options, write_training_corpus
+from tests.helpers import TRAINING_MODEL, training_options, write_training_corpus
+from tests.locking import run_directory_locked_by_child
 
 pytestmark = pytest.mark.slow
 
@@ -316,3 +321,166 @@ def test_a_budget_the_training_set_just_fills_is_accepted():
     data = training.prepare_batches(opts, splits, WordTokenizer())
     assert sum(data.train.real_tokens_per_batch()) == 16 + (3 + 5 + 9 + 12) * 4
     assert all(rows <= 16 for rows, _ in data.train.shapes())
+
+
+# --- run lifecycle: resumed history, failed runs, full disk, partial files --------
+
+
+def test_history_after_a_mid_epoch_resume_equals_uninterrupted(
+    reference, tmp_path, corpus_files
+):
+    # Stopped at step 9 (epoch 2, batch 2) and resumed: epoch 2's loss,
+    # perplexity and accuracy cover all its batches, as in the reference.
+    run_dir = tmp_path / "run"
+    train(options(run_dir, corpus_files, max_steps=9, checkpoint_every=0))
+    saved = RunDirectory(run_dir).checkpoints()[-1]
+    assert saved.step == 9 and saved.position.index > 0
+    train(options(run_dir, corpus_files))
+    expected = json.loads(RunDirectory(reference[0]).history_path.read_text())
+    history = json.loads(RunDirectory(run_dir).history_path.read_text())
+    assert history.keys() == expected.keys()
+    assert history["step"] == expected["step"] == [7, 12]
+    for key in ("loss", "perplexity", "token_accuracy", "val_loss"):
+        np.testing.assert_allclose(history[key], expected[key], rtol=1e-6, err_msg=key)
+
+
+def write_blank_training_files(directory, corpus_files):
+    source, target = directory / "blank.en", directory / "blank.de"
+    source.write_text("\n \n\n", encoding="utf-8")
+    target.write_text(" \n\n\n", encoding="utf-8")
+    return {**corpus_files, "train": (str(source), str(target))}
+
+
+def test_failed_train_leaves_no_run_and_the_corrected_command_trains(
+    tmp_path, corpus_files
+):
+    run_dir = tmp_path / "run"
+    blank = write_blank_training_files(tmp_path, corpus_files)
+    failures = [
+        (dict(files=blank), "empty"),
+        (dict(vocab_size=10), "too small"),
+        (dict(max_length=2), "no training pairs left"),
+    ]
+    for changes, message in failures:
+        spec = options(run_dir, corpus_files).data
+        if "files" in changes:
+            spec = dataclasses.replace(spec, files=changes.pop("files"))
+        with pytest.raises(ValueError, match=message):
+            train(options(run_dir, corpus_files, data=spec, **changes))
+        assert not run_dir.exists(), changes
+    # Not refused as "a run with other settings".
+    assert train(options(run_dir, corpus_files, max_steps=2)).steps == 2
+
+
+class RaiseAtBatch(keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        raise RuntimeError("out of memory in the first step")
+
+
+def test_overwrite_that_fails_before_a_checkpoint_puts_the_old_run_back(
+    reference, tmp_path, corpus_files
+):
+    run_dir = tmp_path / "run"
+    shutil.copytree(reference[0], run_dir)
+    before = tree_bytes(run_dir)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        train(
+            options(run_dir, corpus_files, vocab_size=420, overwrite=True),
+            callbacks=[RaiseAtBatch()],
+        )
+    assert tree_bytes(run_dir) == before
+    assert not list(tmp_path.glob("run.backup-*"))
+
+
+def _cli_train(run_dir, corpus_files, max_steps):
+    return [
+        "train",
+        "--dataset", "files",
+        "--train-src", corpus_files["train"][0],
+        "--train-tgt", corpus_files["train"][1],
+        "--valid-src", corpus_files["valid"][0],
+        "--valid-tgt", corpus_files["valid"][1],
+        "--run-dir", str(run_dir),
+        "--vocab-size", "400",
+        "--tokens-per-batch", "1024",
+        "--max-length", "32",
+        "--max-steps", str(max_steps),
+        "--checkpoint-every", "4",
+        "--eval-every", "0",
+        "--verbose", "0",
+        *[f"--set={key}={value}" for key, value in TRAINING_MODEL.items()],
+    ]  # fmt: skip
+
+
+def _full_disk_at(monkeypatch, name):
+    """The next atomic write of a file called `name` fills the disk halfway."""
+    from keras_transformer import atomic_files
+
+    real = atomic_files.atomic_write_with
+
+    def write(path, writer):
+        if Path(path).name != name:
+            return real(path, writer)
+
+        def half_then_full(partial):
+            Path(partial).write_bytes(b"PK\x03\x04 half a zip")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        return real(path, half_then_full)
+
+    for module in (checkpoints, run_directory):
+        monkeypatch.setattr(module, "atomic_write_with", write)
+
+
+def test_full_disk_names_file_and_step_exits_74_and_resumes(
+    tmp_path, corpus_files, monkeypatch, capsys
+):
+    from keras_transformer.cli import main
+
+    run_dir = tmp_path / "run"
+    run = RunDirectory(run_dir)
+    argv = _cli_train(run_dir, corpus_files, max_steps=8)
+    # The checkpoint of step 8: exit 74, the partial file removed.
+    with monkeypatch.context() as patch:
+        _full_disk_at(patch, "ckpt-00000008.keras")
+        assert main(argv) == training.EXIT_WRITE_FAILED
+    err = capsys.readouterr().err
+    assert "ckpt-00000008.keras at step 8" in err and "disk is full" in err
+    assert [c.step for c in run.checkpoints()] == [4]
+    assert not [p for p in run_dir.rglob("*") if ".partial" in p.name]
+    # The final model, written atomically: no file rather than half of one.
+    with monkeypatch.context() as patch:
+        _full_disk_at(patch, "model.keras")
+        assert main(argv) == training.EXIT_WRITE_FAILED
+    err = capsys.readouterr().err
+    assert f"the final model {run.model_path} at step 8" in err
+    assert not run.model_path.exists()
+    assert [c.step for c in run.checkpoints()] == [4, 8]
+    # Leftovers of a killed writer are removed when the run resumes.
+    leftovers = [
+        run.checkpoint_dir / ".ckpt-00000099.partial.keras",
+        run_dir / ".model.partial.keras",
+    ]
+    for path in leftovers:
+        path.write_bytes(b"half")
+    assert main(argv) == 0
+    assert run.model_path.exists()
+    assert not any(path.exists() for path in leftovers)
+
+
+def test_resumed_run_logs_the_steps_of_this_call_and_in_all(
+    tmp_path, corpus_files, capsys
+):
+    run_dir = tmp_path / "run"
+    train(options(run_dir, corpus_files, max_steps=2, checkpoint_every=0))
+    assert "trained 2 steps (" in capsys.readouterr().out
+    train(options(run_dir, corpus_files, max_steps=3, checkpoint_every=0))
+    assert "trained 1 step this time, 3 in all (" in capsys.readouterr().out
+
+
+def test_a_running_train_holds_the_run_directory(tmp_path, corpus_files):
+    run_dir = tmp_path / "run"
+    with run_directory_locked_by_child(run_dir) as child:
+        with pytest.raises(RunBusy, match=f"pid {child.pid} "):
+            train(options(run_dir, corpus_files))
+    assert not run_dir.exists()

@@ -53,8 +53,11 @@ class FilterReport:
             if lines:
                 shown = ", ".join(map(str, lines[:limit]))
                 more = " ..." if len(lines) > limit else ""
+                pairs, where = (
+                    ("pair", "line") if len(lines) == 1 else ("pairs", "lines")
+                )
                 parts.append(
-                    f"dropped {len(lines)} {label} pairs (lines {shown}{more})"
+                    f"dropped {len(lines)} {label} {pairs} ({where} {shown}{more})"
                 )
         return "; ".join(parts)
 

@@ -64,6 +64,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_transformer.atomic_files import atomic_write_bytes, atomic_write_text
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.text_files import DataError
 
@@ -73,6 +74,7 @@ NORMALIZATIONS = ("identity", "nfkc", "nmt_nfkc")
 """SentencePiece normalisations accepted by `train_tokenizer` (module doc)."""
 _BYTE_PIECES = 256
 _META_FILE = "tokenizer.json"
+_RETRAIN = "Restore the file, or train into a new run directory."
 # SentencePiece reports a vocabulary it cannot build only in these messages.
 _TOO_SMALL = re.compile(
     r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)"
@@ -126,10 +128,18 @@ class SubwordTokenizer:
             cleaned.append([i for i in row if i not in (self.pad_id, self.bos_id)])
         return self._decode(cleaned)
 
-    def _write_meta(self, directory: Path, **extra) -> None:
+    def _save_files(self, directory: Path, data: dict[str, bytes], **extra) -> None:
+        """Write each file of `data`, then `tokenizer.json`, each atomically.
+
+        The metadata goes last: its presence marks a complete tokenizer, so
+        a process killed in between leaves none that `load_tokenizer` (and
+        a resumed run) would take for whole.
+        """
         directory.mkdir(parents=True, exist_ok=True)
+        for name, content in data.items():
+            atomic_write_bytes(directory / name, content)
         meta = {"kind": self.kind, "vocab_size": self.vocab_size, **extra}
-        (directory / _META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        atomic_write_text(directory / _META_FILE, json.dumps(meta, indent=2) + "\n")
 
 
 def _check_normalization(normalization: str) -> None:
@@ -265,19 +275,32 @@ class SentencePieceTokenizer(SubwordTokenizer):
         return self._processor.id_to_piece(int(token_id))
 
     def save(self, directory: str | os.PathLike) -> None:
-        directory = Path(directory)
-        self._write_meta(
-            directory,
+        self._save_files(
+            Path(directory),
+            {self.model_file: self.model_proto},
             model_file=self.model_file,
             # For reading only: loading takes the options from the model.
             normalization=self.normalization,
             byte_fallback=self.byte_fallback,
         )
-        (directory / self.model_file).write_bytes(self.model_proto)
 
     @classmethod
     def load(cls, directory: Path) -> SentencePieceTokenizer:
-        return cls((directory / cls.model_file).read_bytes())
+        path = directory / cls.model_file
+        proto = path.read_bytes()
+        if not proto:  # Parses as a model without pieces.
+            raise ValueError(f"{path} is empty (truncated). " + _RETRAIN)
+        try:
+            return cls(proto)
+        except ValueError as error:  # Other reserved ids: it says which.
+            raise ValueError(f"{path}: {error}") from None
+        except Exception:  # noqa: BLE001
+            # SentencePiece (RuntimeError) and protobuf (DecodeError) say only
+            # "ParseFromArray", and nothing of the file.
+            raise ValueError(
+                f"{path}: not a readable SentencePiece model ({len(proto)} "
+                "bytes: truncated or damaged). " + _RETRAIN
+            ) from None
 
 
 class WordPieceTokenizer(SubwordTokenizer):
@@ -352,10 +375,11 @@ class WordPieceTokenizer(SubwordTokenizer):
         ]
 
     def save(self, directory: str | os.PathLike) -> None:
-        directory = Path(directory)
-        self._write_meta(directory, vocab_file=self.vocab_file)
-        (directory / self.vocab_file).write_text(
-            "\n".join(self.vocabulary) + "\n", encoding="utf-8"
+        text = "\n".join(self.vocabulary) + "\n"
+        self._save_files(
+            Path(directory),
+            {self.vocab_file: text.encode("utf-8")},
+            vocab_file=self.vocab_file,
         )
 
     @classmethod
@@ -444,8 +468,11 @@ def load_tokenizer(directory: str | os.PathLike) -> SubwordTokenizer:
     meta_path = directory / _META_FILE
     if not meta_path.exists():
         raise FileNotFoundError(f"No tokenizer in {directory}: {meta_path} is missing.")
-    meta = json.loads(meta_path.read_text())
-    kind = meta.get("kind")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise ValueError(f"{meta_path}: unreadable ({error}).") from None
+    kind = meta.get("kind") if isinstance(meta, dict) else None
     if kind not in _CLASSES:
         raise ValueError(f"{meta_path}: unknown tokenizer kind {kind!r}.")
     return _CLASSES[kind].load(directory)

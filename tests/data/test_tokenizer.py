@@ -164,6 +164,36 @@ def test_load_missing_or_unknown(tmp_path):
         load_tokenizer(tmp_path)
 
 
+def test_a_save_stopped_before_its_last_file_leaves_no_tokenizer_json(
+    sentencepiece, tmp_path, monkeypatch
+):
+    # tokenizer.json marks a whole tokenizer: written last, so a save that
+    # stops on the model file leaves none, and a resumed run learns the
+    # tokenizer again instead of failing on the missing file.
+    monkeypatch.setattr(sentencepiece, "model_proto", None)  # Its write fails.
+    with pytest.raises(TypeError):
+        sentencepiece.save(tmp_path / "tokenizer")
+    assert sorted(p.name for p in (tmp_path / "tokenizer").iterdir()) == []
+
+
+def test_truncated_sentencepiece_model_names_the_file(sentencepiece, tmp_path):
+    sentencepiece.save(tmp_path)
+    path = tmp_path / "sentencepiece.model"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(ValueError, match=f"{path}: not a readable SentencePiece"):
+        load_tokenizer(tmp_path)
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match=f"{path} is empty"):
+        load_tokenizer(tmp_path)
+
+
+def test_unreadable_tokenizer_json_names_the_file(sentencepiece, tmp_path):
+    sentencepiece.save(tmp_path)
+    (tmp_path / "tokenizer.json").write_text('{"kind": "senten')
+    with pytest.raises(ValueError, match="tokenizer.json: unreadable"):
+        load_tokenizer(tmp_path)
+
+
 @pytest.mark.parametrize("kind", TOKENIZER_KINDS)
 def test_training_is_deterministic(kind, request):
     tok = request.getfixturevalue(kind)
