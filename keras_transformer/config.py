@@ -48,7 +48,9 @@ class TransformerConfig:
     num_decoder_layers: int = 6  # N
     d_model: int = 512
     d_ff: int = 2048
-    num_heads: int = 8  # h; d_k = d_v = d_model / h.
+    num_heads: int = 8  # h; d_v = d_model / h.
+    # d_k, each head's query/key size (Table 3 row (B)); None: d_model / h.
+    key_dim: int | None = None
     dropout_rate: float = 0.1  # P_drop: sub-layer outputs, embedding sums.
     attention_dropout_rate: float = 0.0  # On attention weights; 0 in paper.
     relu_dropout_rate: float = 0.0  # Inside the FFN; 0 in the paper.
@@ -73,8 +75,13 @@ class TransformerConfig:
 
     @property
     def head_dim(self) -> int:
-        """d_k = d_v = d_model / h."""
+        """d_v = d_model / h (also d_k unless `key_dim` is set)."""
         return self.d_model // self.num_heads
+
+    @property
+    def query_key_dim(self) -> int:
+        """d_k: `key_dim`, or d_model / h when it is None."""
+        return self.key_dim or self.head_dim
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
@@ -178,7 +185,7 @@ def _validate(config: TransformerConfig) -> None:
         _check_type(config, name, (int,))
         if config.warmup_steps < 1:
             _fail(name, config.warmup_steps, "an integer >= 1")
-    for name in ("target_vocab_size", "attention_window"):
+    for name in ("target_vocab_size", "attention_window", "key_dim"):
         value = getattr(config, name)
         if value is not None:
             _check_type(config, name, (int,))

@@ -54,6 +54,7 @@ def _make_layers(config: TransformerConfig) -> SimpleNamespace:
         )
     block_args = dict(
         num_heads=config.num_heads,
+        key_dim=config.key_dim,
         intermediate_dim=config.d_ff,
         dropout_rate=config.dropout_rate,
         attention_dropout_rate=config.attention_dropout_rate,
@@ -237,7 +238,7 @@ class Transformer(keras.Model):
 
     def init_decode_cache(self, batch_size: int, max_length: int):
         """Zero self-attention caches: one (key, value) pair per decoder layer,
-        each (B, H, L_max, K)."""
+        (B, H, L_max, d_k) and (B, H, L_max, K) (d_k = K unless key_dim)."""
         return [
             block.self_attention.empty_cache(batch_size, max_length)
             for block in self._parts.decoder_blocks
@@ -245,7 +246,7 @@ class Transformer(keras.Model):
 
     def cross_key_values(self, memory):
         """Cross-attention keys/values of every decoder layer, computed once
-        per source: a list of (keys, values), each (B, H, S, K)."""
+        per source: a list of (keys, values), (B, H, S, d_k) and (B, H, S, K)."""
         return [
             block.cross_attention.project_key_value_cache(memory)
             for block in self._parts.decoder_blocks

@@ -239,3 +239,19 @@ def test_non_finite_float_fields_are_refused_naming_the_field(name, value):
     with pytest.raises(ValueError, match="a finite number") as error:
         TransformerConfig.preset("tiny", **{name: value})
     _assert_names(error, name, value)
+
+
+def test_key_dim_defaults_to_d_model_over_h():
+    config = TransformerConfig.preset("base")
+    assert config.key_dim is None
+    assert config.query_key_dim == config.head_dim == 64
+    row_b = config.replace(key_dim=16)  # Table 3 row (B): d_k = 16, d_v = 64.
+    assert (row_b.query_key_dim, row_b.head_dim) == (16, 64)
+    assert TransformerConfig.from_dict(row_b.to_dict()) == row_b
+
+
+@pytest.mark.parametrize("key_dim", [0, -1, 16.0, True, "16"])
+def test_invalid_key_dim(key_dim):
+    with pytest.raises(ValueError) as error:
+        TransformerConfig.preset("tiny", key_dim=key_dim)
+    _assert_names(error, "key_dim", key_dim)

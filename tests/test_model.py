@@ -438,3 +438,58 @@ def test_keras_load_model_after_importing_the_package_alone(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "Transformer"
+
+
+# --- d_k apart from d_model / h (Table 3 row (B)) ----------------------------
+
+
+def test_key_dim_none_and_d_model_over_h_build_bit_identical_models():
+    keras.utils.set_random_seed(11)
+    default = build_transformer(small_config())
+    keras.utils.set_random_seed(11)
+    explicit = build_transformer(small_config(key_dim=8))  # 32 / 4
+    assert len(default.weights) == len(explicit.weights)
+    for ours, theirs in zip(default.weights, explicit.weights):
+        assert ours.path == theirs.path
+        np.testing.assert_array_equal(to_numpy(ours), to_numpy(theirs))
+    np.testing.assert_array_equal(
+        predict_logits(default, SOURCE, TARGET),
+        predict_logits(explicit, SOURCE, TARGET),
+    )
+
+
+def test_key_dim_parameter_count_is_exact():
+    config = small_config(key_dim=2)
+    d, h = config.d_model, config.num_heads
+    # W_Q and W_K (with biases) shrink from d x d to d x (h * d_k) in each of
+    # the encoder's self-attentions and the decoder's self- and
+    # cross-attentions; W_V and W_O keep d_v = d / h.
+    attentions = config.num_encoder_layers + 2 * config.num_decoder_layers
+    change = attentions * 2 * (d + 1) * (h * config.key_dim - d)
+    assert build_transformer(config).count_params() == (
+        expected_param_count(small_config()) + change
+    )
+
+
+def test_key_dim_save_and_load_keras_file(tmp_path):
+    config = small_config(key_dim=5)
+    original = build_transformer(config)
+    path = tmp_path / "model.keras"
+    original.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.config == config
+    assert loaded.decoder_blocks[0].cross_attention.key_dim == 5
+    np.testing.assert_array_equal(
+        predict_logits(loaded, SOURCE, TARGET), predict_logits(original, SOURCE, TARGET)
+    )
+
+
+def test_key_dim_decode_step_matches_full_decode():
+    model = build_transformer(small_config(key_dim=5))
+    memory = model.encode(SOURCE)
+    expected = to_numpy(model.decode(FULL_TARGET, memory, SOURCE))
+    logits, cache = incremental_logits(model, SOURCE, FULL_TARGET, T + 2)
+    np.testing.assert_allclose(logits, expected, atol=1e-4)
+    key_cache, value_cache = cache[0]
+    assert tuple(key_cache.shape) == (B, 4, T + 2, 5)
+    assert tuple(value_cache.shape) == (B, 4, T + 2, 8)

@@ -45,6 +45,7 @@ class DecoderBlock(EncoderBlock):
             self.num_heads,
             dropout_rate=self.attention_dropout_rate,
             kernel_initializer=clone_initializer(self.kernel_initializer),
+            key_dim=self.key_dim,
             dtype=policy,
             name="cross_attention",
         )
@@ -112,9 +113,11 @@ class DecoderBlock(EncoderBlock):
 
         Args:
             inputs: (B, T_new, D) hidden states of the new positions.
-            cache: (key_cache, value_cache), each (B, H, L_max, K): this
-                layer's self-attention keys/values for earlier positions.
-            cross_key_value: (keys, values), each (B / beams, H, S, K), from
+            cache: (key_cache, value_cache), (B, H, L_max, d_k) and
+                (B, H, L_max, K): this layer's self-attention keys/values for
+                earlier positions.
+            cross_key_value: (keys, values), (B / beams, H, S, d_k) and
+                (B / beams, H, S, K), from
                 `cross_attention.project_key_value_cache(memory)`.
             cache_index: int or scalar tensor; position of inputs[:, 0].
             self_attention_mask: bool (B, T_new, L_max); True only for cache

@@ -26,6 +26,8 @@ class EncoderBlock(keras.layers.Layer):
         norm_first: bool. Pre-norm instead of post-norm. Defaults to False.
         layer_norm_epsilon: float. Defaults to 1e-6.
         kernel_initializer: Defaults to "glorot_uniform".
+        key_dim: int or None. d_k of every attention; None (the default):
+            d_model / h.
 
     Call arguments:
         inputs: (B, S, D).
@@ -47,10 +49,12 @@ class EncoderBlock(keras.layers.Layer):
         norm_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
         kernel_initializer="glorot_uniform",
+        key_dim: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_heads = num_heads
+        self.key_dim = key_dim
         self.intermediate_dim = intermediate_dim
         self.dropout_rate = dropout_rate
         self.attention_dropout_rate = attention_dropout_rate
@@ -65,6 +69,7 @@ class EncoderBlock(keras.layers.Layer):
             self.num_heads,
             dropout_rate=self.attention_dropout_rate,
             kernel_initializer=clone_initializer(self.kernel_initializer),
+            key_dim=self.key_dim,
             dtype=policy,
             name="self_attention",
         )
@@ -139,6 +144,7 @@ class EncoderBlock(keras.layers.Layer):
         config.update(
             {
                 "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
                 "intermediate_dim": self.intermediate_dim,
                 "dropout_rate": self.dropout_rate,
                 "attention_dropout_rate": self.attention_dropout_rate,

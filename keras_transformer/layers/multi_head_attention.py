@@ -14,7 +14,8 @@ from keras_transformer.layers.utils import clone_initializer
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W_O, head_i = Attention(
-    Q W_Q_i, K W_K_i, V W_V_i), with d_k = d_v = d_model / h.
+    Q W_Q_i, K W_K_i, V W_V_i), with d_v = d_model / h and d_k = d_v unless
+    `key_dim` sets it apart (Table 3 row (B) varies d_k alone).
 
     Used for encoder self-attention, masked decoder self-attention and
     encoder-decoder (cross) attention; which one is decided by the inputs and
@@ -27,10 +28,14 @@ class MultiHeadAttention(keras.layers.Layer):
     `attend_cache` (queries against cached keys/values). `call` is `attend` over
     `project_key_value(value)`, so both paths share every weight and op.
 
-    Legend: B batch, T queries, S keys, D model size, H heads, K = D / H.
+    Legend: B batch, T queries, S keys, D model size, H heads, K = D / H
+    (the value head size d_v; the query/key head size d_k is K too unless
+    `key_dim` is given, and the key cache then has d_k on its last axis).
 
     Args:
         num_heads: int. h.
+        key_dim: int or None. d_k, the size of each head's queries and keys.
+            None (the default): d_model / h, as in the paper's main models.
         dropout_rate: float. Dropout on attention weights. Defaults to 0.
         use_bias: bool. Biases in the four projections. Defaults to True.
         kernel_initializer: initializer for the projections.
@@ -59,6 +64,7 @@ class MultiHeadAttention(keras.layers.Layer):
         dropout_rate: float = 0.0,
         use_bias: bool = True,
         kernel_initializer="glorot_uniform",
+        key_dim: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -66,7 +72,15 @@ class MultiHeadAttention(keras.layers.Layer):
             raise ValueError(
                 f"num_heads must be an integer >= 1. Received: num_heads={num_heads}"
             )
+        if key_dim is not None and (
+            isinstance(key_dim, bool) or not isinstance(key_dim, int) or key_dim < 1
+        ):
+            raise ValueError(
+                "key_dim must be None (d_model / num_heads) or an integer >= 1. "
+                f"Received: key_dim={key_dim!r}"
+            )
         self.num_heads = num_heads
+        self.key_dim = key_dim
         self.dropout_rate = dropout_rate
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -82,19 +96,21 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"/ h). Received: d_model={model_dim}, num_heads={self.num_heads}"
             )
         self.model_dim = model_dim
-        self.head_dim = model_dim // self.num_heads
+        self.head_dim = model_dim // self.num_heads  # d_v
+        self.key_head_dim = self.key_dim or self.head_dim  # d_k
+        key_width = self.num_heads * self.key_head_dim
         value_dim = model_dim if value_shape is None else value_shape[-1]
-        self.query_dense = self._projection("query", query_shape[-1])
-        self.key_dense = self._projection("key", value_dim)
-        self.value_dense = self._projection("value", value_dim)
-        self.output_dense = self._projection("output", model_dim)
+        self.query_dense = self._projection("query", query_shape[-1], key_width)
+        self.key_dense = self._projection("key", value_dim, key_width)
+        self.value_dense = self._projection("value", value_dim, model_dim)
+        self.output_dense = self._projection("output", model_dim, model_dim)
         self.built = True
 
-    def _projection(self, role: str, input_dim: int):
+    def _projection(self, role: str, input_dim: int, units: int):
         # A fresh initializer per projection: identical draws for W_Q, W_K
         # and W_V would make every head start symmetric.
         dense = keras.layers.Dense(
-            self.model_dim,
+            units,
             use_bias=self.use_bias,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
@@ -103,19 +119,20 @@ class MultiHeadAttention(keras.layers.Layer):
         dense.build((None, None, input_dim))
         return dense
 
-    def _split_heads(self, x):
-        # (B, L, D) -> (B, L, H, K)
+    def _split_heads(self, x, head_size: int):
+        # (B, L, H * head_size) -> (B, L, H, head_size)
         shape = ops.shape(x)
-        return ops.reshape(x, (shape[0], shape[1], self.num_heads, self.head_dim))
+        return ops.reshape(x, (shape[0], shape[1], self.num_heads, head_size))
 
     def project_key_value(self, value):
-        """Keys and values of `value`. (B, S, D) -> two (B, S, H, K)."""
-        keys = self._split_heads(self.key_dense(value))
-        values = self._split_heads(self.value_dense(value))
+        """Keys and values of `value`. (B, S, D) -> (B, S, H, d_k) keys and
+        (B, S, H, K) values."""
+        keys = self._split_heads(self.key_dense(value), self.key_head_dim)
+        values = self._split_heads(self.value_dense(value), self.head_dim)
         return keys, values
 
     def empty_cache(self, batch_size, max_length: int, dtype=None):
-        """A zero (B, H, L_max, K) key cache and value cache.
+        """A zero (B, H, L_max, d_k) key cache and (B, H, L_max, K) value cache.
 
         Caches are heads-first: the layout the attention's batched matmuls
         (over B and H) read directly. A (B, L_max, H, K) buffer carried
@@ -123,9 +140,10 @@ class MultiHeadAttention(keras.layers.Layer):
         step, which made decoding 2x (TensorFlow) to 8x (JAX) slower per
         attention at beam 4, batch 64.
         """
-        shape = (batch_size, self.num_heads, max_length, self.head_dim)
         dtype = dtype or self.compute_dtype
-        return ops.zeros(shape, dtype), ops.zeros(shape, dtype)
+        heads = (batch_size, self.num_heads, max_length)
+        key_cache = ops.zeros(heads + (self.key_head_dim,), dtype)
+        return key_cache, ops.zeros(heads + (self.head_dim,), dtype)
 
     def update_cache(self, key_cache, value_cache, inputs, index):
         """Write the keys/values of `inputs` (B, T, D) at position `index`.
@@ -165,7 +183,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_weights: bool = False,
     ):
         """Attend from `query` (B, T, D) over projected keys/values."""
-        queries = self._split_heads(self.query_dense(query))  # (B, T, H, K)
+        queries = self._split_heads(self.query_dense(query), self.key_head_dim)
         context, weights = self.attention(
             queries,
             keys,
@@ -209,6 +227,7 @@ class MultiHeadAttention(keras.layers.Layer):
         config.update(
             {
                 "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
                 "dropout_rate": self.dropout_rate,
                 "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(

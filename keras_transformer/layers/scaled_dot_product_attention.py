@@ -53,15 +53,15 @@ class ScaledDotProductAttention(keras.layers.Layer):
         dropout_rate: float. Dropout on the attention weights. Defaults to 0.
 
     Call arguments:
-        query: (B, T, H, K).
+        query: (B, T, H, K): K is d_k, the scale's size.
         key: (B, S, H, K).
-        value: (B, S, H, K).
+        value: (B, S, H, V): V (d_v) may differ from d_k.
         attention_mask: optional bool (B, T, S), True = may attend.
         return_attention_weights: bool, keyword-only. Also return the
             (B, H, T, S) float32 weights (before dropout).
 
     Returns:
-        (B, T, H, K), or a tuple with the weights when requested.
+        (B, T, H, V), or a tuple with the weights when requested.
 
     Example:
         >>> attention = ScaledDotProductAttention()

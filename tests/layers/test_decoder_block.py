@@ -154,3 +154,43 @@ def test_has_cross_attention_and_three_norms():
         "feed_forward",
         "feed_forward_norm",
     }
+
+
+KEY_DIM = 6  # d_k apart from D / H = 4 (Table 3 row (B)).
+
+
+def test_layer_contract_with_key_dim(tmp_path):
+    assert_layer_contract(
+        DecoderBlock,
+        {"num_heads": H, "intermediate_dim": F, "key_dim": KEY_DIM},
+        list(example_inputs(7)),
+        tmp_path=tmp_path,
+    )
+
+
+def test_key_dim_reaches_both_attentions_and_decode_step_matches_call():
+    x, memory, self_mask, cross_mask = example_inputs(8)
+    block = DecoderBlock(H, F, key_dim=KEY_DIM)
+    expected = to_numpy(block(x, memory, self_mask, cross_mask))
+    for attention in (block.self_attention, block.cross_attention):
+        assert attention.key_dim == KEY_DIM
+        assert tuple(attention.key_dense.kernel.shape) == (D, H * KEY_DIM)
+    assert block.get_config()["key_dim"] == KEY_DIM
+    max_length = T + 1
+    cache = block.self_attention.empty_cache(B, max_length)
+    cross_key_value = block.cross_attention.project_key_value_cache(memory)
+    assert tuple(cross_key_value[0].shape) == (B, H, S, KEY_DIM)
+    slots = np.arange(max_length)
+    for t in range(T):
+        step_mask = np.broadcast_to(slots <= t, (B, 1, max_length))
+        output, cache = block.decode_step(
+            x[:, t : t + 1],
+            cache,
+            cross_key_value,
+            t,
+            step_mask,
+            cross_mask[:, t : t + 1],
+        )
+        np.testing.assert_allclose(to_numpy(output)[:, 0], expected[:, t], atol=1e-5)
+    assert tuple(cache[0].shape) == (B, H, max_length, KEY_DIM)
+    assert tuple(cache[1].shape) == (B, H, max_length, D // H)

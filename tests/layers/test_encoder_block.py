@@ -100,3 +100,18 @@ def test_sublayer_initializers_differ():
     query = to_numpy(block.self_attention.query_dense.kernel)
     key = to_numpy(block.self_attention.key_dense.kernel)
     assert not np.array_equal(query, key)
+
+
+def test_layer_contract_with_key_dim(tmp_path):
+    x, mask = inputs_and_mask(3)
+    assert_layer_contract(
+        EncoderBlock,
+        {"num_heads": H, "intermediate_dim": F, "key_dim": 2},
+        [x, mask],
+        tmp_path=tmp_path,
+    )
+    block = EncoderBlock(H, F, key_dim=2)
+    block(x, mask)
+    assert block.self_attention.key_dim == 2
+    assert tuple(block.self_attention.query_dense.kernel.shape) == (D, H * 2)
+    assert EncoderBlock(H, F).get_config()["key_dim"] is None

@@ -203,3 +203,128 @@ def test_model_size_not_divisible_by_heads():
     layer = MultiHeadAttention(3)
     with pytest.raises(ValueError, match="d_model=16, num_heads=3"):
         layer.build((None, None, 16))
+
+
+# --- d_k set apart from d_model / h (Table 3 row (B)) ------------------------
+
+KEY_DIM = 3  # d_k; the value heads keep K = D / H = 4.
+
+
+def reference_mha_key_dim(layer, query, value, mask):
+    """NumPy attention with d_k != d_v, from the layer's own weights."""
+
+    def dense(x, projection):
+        kernel, bias = (np.asarray(w, np.float64) for w in projection.get_weights())
+        return x @ kernel + bias
+
+    q = dense(query, layer.query_dense).reshape(B, -1, H, KEY_DIM)
+    k = dense(value, layer.key_dense).reshape(B, -1, H, KEY_DIM)
+    v = dense(value, layer.value_dense).reshape(B, -1, H, K)
+    scores = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(KEY_DIM)
+    scores = np.where(mask[:, None], scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    context = np.einsum("bhts,bshk->bthk", weights, v).reshape(B, -1, D)
+    return dense(context, layer.output_dense)
+
+
+@pytest.mark.parametrize("kind", ["self", "cross"])
+def test_layer_contract_with_key_dim(tmp_path, kind):
+    query, memory = random_inputs(8)
+    inputs = [query, query, self_mask()] if kind == "self" else [query, memory]
+    if kind == "cross":
+        inputs.append(cross_mask())
+    layer_outputs = assert_layer_contract(
+        MultiHeadAttention,
+        {"num_heads": H, "key_dim": KEY_DIM},
+        inputs,
+        tmp_path=tmp_path,
+    )
+    assert layer_outputs[0].shape == (B, T, D)
+    assert MultiHeadAttention(H, key_dim=KEY_DIM).get_config()["key_dim"] == KEY_DIM
+
+
+def test_key_dim_sizes_query_and_key_projections_only():
+    query, memory = random_inputs(9)
+    layer = MultiHeadAttention(H, key_dim=KEY_DIM)
+    layer(query, memory)
+    assert tuple(layer.query_dense.kernel.shape) == (D, H * KEY_DIM)
+    assert tuple(layer.key_dense.kernel.shape) == (D, H * KEY_DIM)
+    assert tuple(layer.value_dense.kernel.shape) == (D, D)
+    assert tuple(layer.output_dense.kernel.shape) == (D, D)
+    assert (layer.key_head_dim, layer.head_dim) == (KEY_DIM, K)
+
+
+def test_key_dim_matches_numpy_reference():
+    query, memory = random_inputs(10)
+    mask = cross_mask()
+    layer = MultiHeadAttention(H, key_dim=KEY_DIM)
+    output = layer(query, memory, mask)
+    expected = reference_mha_key_dim(layer, query, memory, mask)
+    np.testing.assert_allclose(to_numpy(output), expected, atol=1e-5)
+
+
+def test_key_dim_closed_form_scale_is_one_over_sqrt_d_k():
+    # Queries and keys are all ones (or zeros) in each of their d_k = 9
+    # components, so a query scores 0 against the zero key and
+    # 9 / sqrt(9) = 3 against the ones key: weights softmax([0, 3]), i.e.
+    # sigmoid(3) on the second key. With W_V = W_O = I the output is that
+    # weight times the ones vector. (Scaled by sqrt(D / H) = 2 instead, the
+    # weight would be sigmoid(4.5).)
+    key_dim = 9
+    layer = MultiHeadAttention(H, key_dim=key_dim, use_bias=False)
+    query = np.ones((1, 1, D), "float32")
+    memory = np.stack([np.zeros(D), np.ones(D)])[None].astype("float32")
+    layer(query, memory)
+    width = H * key_dim
+    layer.query_dense.set_weights([np.full((D, width), 1 / D, "float32")])
+    layer.key_dense.set_weights([np.full((D, width), 1 / D, "float32")])
+    layer.value_dense.set_weights([np.eye(D, dtype="float32")])
+    layer.output_dense.set_weights([np.eye(D, dtype="float32")])
+    output, weights = layer(query, memory, return_attention_weights=True)
+    sigmoid_3 = 1 / (1 + np.exp(-3.0))
+    np.testing.assert_allclose(
+        to_numpy(weights),
+        np.broadcast_to([1 - sigmoid_3, sigmoid_3], (1, H, 1, 2)),
+        rtol=1e-6,
+    )
+    np.testing.assert_allclose(
+        to_numpy(output), np.full((1, 1, D), sigmoid_3), rtol=1e-6
+    )
+
+
+def test_key_dim_cache_shapes_and_cached_attention_equals_call():
+    query, _ = random_inputs(11)
+    mask = np.tril(np.ones((T, T), bool))[None].repeat(B, axis=0)
+    layer = MultiHeadAttention(H, key_dim=KEY_DIM)
+    expected = to_numpy(layer(query, attention_mask=mask))
+    max_length = T + 2
+    caches = layer.empty_cache(B, max_length)
+    assert tuple(caches[0].shape) == (B, H, max_length, KEY_DIM)
+    assert tuple(caches[1].shape) == (B, H, max_length, K)
+    slots = np.arange(max_length)
+    for t in range(T):
+        caches = layer.update_cache(*caches, query[:, t : t + 1], t)
+        step_mask = np.broadcast_to(slots <= t, (B, 1, max_length))
+        output = layer.attend_cache(query[:, t : t + 1], *caches, step_mask)
+        np.testing.assert_allclose(to_numpy(output)[:, 0], expected[:, t], atol=1e-5)
+
+
+def test_key_dim_equal_to_d_model_over_h_is_the_default_bit_for_bit():
+    query, memory = random_inputs(12)
+    keras.utils.set_random_seed(3)
+    default = MultiHeadAttention(H)
+    default_output = to_numpy(default(query, memory))
+    keras.utils.set_random_seed(3)
+    explicit = MultiHeadAttention(H, key_dim=K)
+    explicit_output = to_numpy(explicit(query, memory))
+    for ours, theirs in zip(default.get_weights(), explicit.get_weights()):
+        np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(default_output, explicit_output)
+    assert default.get_config()["key_dim"] is None
+
+
+@pytest.mark.parametrize("key_dim", [0, -2, 2.0, True, "8"])
+def test_invalid_key_dim(key_dim):
+    with pytest.raises(ValueError, match="key_dim must be None .* Received: key_dim="):
+        MultiHeadAttention(H, key_dim=key_dim)
