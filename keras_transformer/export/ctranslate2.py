@@ -252,6 +252,11 @@ def _check_representable(config, tokenizer) -> None:
             f"attention_window={config.attention_window} (CTranslate2 has no "
             "local attention of this kind)"
         )
+    if config.key_dim not in (None, config.d_model // config.num_heads):
+        problems.append(
+            f"key_dim={config.key_dim} differs from d_model / num_heads = "
+            f"{config.d_model // config.num_heads} (CTranslate2 derives it)"
+        )
     if config.target_vocab_size not in (None, config.vocab_size):
         problems.append(
             f"target_vocab_size={config.target_vocab_size} differs from "

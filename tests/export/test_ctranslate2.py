@@ -90,6 +90,12 @@ def test_local_attention_cannot_be_exported(tokenizer):
         build_spec(model, tokenizer)
 
 
+def test_a_key_dim_apart_from_the_heads_cannot_be_exported(tokenizer):
+    model = build_transformer(small_config(vocab_size=tokenizer.vocab_size, key_dim=4))
+    with pytest.raises(ValueError, match="key_dim=4 differs"):
+        build_spec(model, tokenizer)
+
+
 def test_tokenizer_of_another_size_is_refused(tokenizer):
     model = build_transformer(small_config(vocab_size=tokenizer.vocab_size + 5))
     with pytest.raises(ValueError, match="tokenizer has"):
