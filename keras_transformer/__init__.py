@@ -8,17 +8,38 @@ schedules with Keras, so `keras.saving.load_model("model.keras")` works after
 from __future__ import annotations
 
 import importlib
+import sys
 
-from keras_transformer import _console
+from keras_transformer import _console, optional_imports
 from keras_transformer.version import __version__  # noqa: F401 - in __all__
 
 if _console.is_command_line():  # Before Keras prints its native start-up.
     _console.quiet_native_start_up()
 
-# The modules whose classes `.keras` files name; Keras only finds them once
-# they are imported (it imports keras* packages alone by itself).
-for _module in ("layers", "model", "losses", "metrics", "schedules"):
-    importlib.import_module(f"{__name__}.{_module}")
+
+def _register_keras_objects() -> None:
+    """Import the modules whose classes `.keras` files name; Keras only finds
+    them once they are imported (it imports keras* packages alone by itself).
+    Importing Keras starts its backend: a missing one is named with its extra."""
+    optional_imports.check_backend_installed()
+    try:
+        for module in ("layers", "model", "losses", "metrics", "schedules"):
+            importlib.import_module(f"{__name__}.{module}")
+    except ModuleNotFoundError as error:
+        explained = optional_imports.explain_missing(error)
+        if explained is None:
+            raise
+        raise explained from error
+
+
+try:
+    _register_keras_objects()
+except optional_imports.MissingExtraError as _error:
+    if not _console.is_command_line():
+        raise
+    # The command's users get the sentence, not a traceback (exit 2: setup).
+    print(f"keras-transformer: error: {_error}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 _EXPORTS = {
     "LabelSmoothedCrossEntropy": "keras_transformer.losses",

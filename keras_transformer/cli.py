@@ -531,6 +531,10 @@ def main(argv: list[str] | None = None) -> int:
             from keras_transformer.compile import enable_compilation_cache
 
             enable_compilation_cache()
+        if args.command in ("translate", "evaluate"):  # train: distribution.py
+            from keras_transformer.accelerators import warn_if_gpus_unused
+
+            warn_if_gpus_unused()
         return _COMMANDS[args.command](args)
     except (ValueError, OSError, RuntimeError, ImportError) as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)

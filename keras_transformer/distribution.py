@@ -36,6 +36,7 @@ from typing import Any
 
 import keras
 
+from keras_transformer.accelerators import check_mirrored_devices, warn_if_gpus_unused
 from keras_transformer.options import DISTRIBUTE_MODES as MODES
 
 
@@ -182,10 +183,10 @@ def setup_distribution(mode: str = "auto") -> DistributionPlan:
             f"--distribute must be one of {', '.join(MODES)}. Received: {mode!r}"
         )
     backend = keras.backend.backend()
-    if backend == "tensorflow":
-        return _tensorflow_plan(mode)
-    if backend == "jax":
-        return _jax_plan(mode)
+    if backend in ("tensorflow", "jax"):
+        plan = _tensorflow_plan(mode) if backend == "tensorflow" else _jax_plan(mode)
+        warn_if_gpus_unused()  # A CPU build on a GPU machine says nothing.
+        return plan
     if mode in ("auto", "none"):
         return DistributionPlan("none")
     raise ValueError(f"--distribute {mode} needs the TensorFlow or JAX backend.")
@@ -203,7 +204,9 @@ def _tensorflow_plan(mode: str) -> DistributionPlan:
     if mode == "none":
         return DistributionPlan("none")
     if mode == "mirrored":
-        strategy = tf.distribute.MirroredStrategy(devices=_tensorflow_devices())
+        devices = _tensorflow_devices()
+        check_mirrored_devices(devices)
+        strategy = tf.distribute.MirroredStrategy(devices=devices)
         return DistributionPlan(
             "mirrored", num_replicas=strategy.num_replicas_in_sync, strategy=strategy
         )
@@ -256,6 +259,8 @@ def _jax_plan(mode: str) -> DistributionPlan:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         keras.distribution.initialize()
     devices = keras.distribution.list_devices()
+    if mode == "mirrored":
+        check_mirrored_devices(devices)
     # Each process already generates its own rows (shard_index): Keras must
     # not shard the data again.
     keras.distribution.set_distribution(

@@ -35,7 +35,7 @@ from typing import Any
 
 import keras
 
-from keras_transformer import checkpoints
+from keras_transformer import checkpoints, optional_imports
 from keras_transformer.callbacks import (
     EXIT_INTERRUPTED,
     DevBleu,
@@ -578,8 +578,8 @@ class _Job:
                 )
             )
         if self.plan.is_chief:
-            logs = str(self.run.logs_dir)
-            callbacks.append(keras.callbacks.TensorBoard(log_dir=logs))
+            tensorboard = optional_imports.tensorboard_callback(self.run.logs_dir)
+            callbacks += [tensorboard] if tensorboard else []
         return callbacks + self.extra_callbacks
 
     def stopped_early(self) -> bool:

@@ -3,9 +3,12 @@
 # built-in English->German corpus for 2,400 updates, translate a few
 # sentences, and print sacreBLEU on the held-out test split.
 # Usage: bash scripts/main.sh [extra `keras-transformer train` flags]
+# It installs only the backend it runs on: KERAS_BACKEND (default
+# tensorflow, Keras's default) names the extra installed into .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+export KERAS_BACKEND="${KERAS_BACKEND:-tensorflow}"
+bash scripts/setup.sh --extras "$KERAS_BACKEND"
 export TF_CPP_MIN_LOG_LEVEL=2
 RUN_DIR="${RUN_DIR:-runs/builtin-tiny}"
 # A 2,000-piece vocabulary covers the built-in grammar's words whole and keeps

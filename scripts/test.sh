@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Set up the environment, lint, and run the whole test suite on both backends.
+# Set up the environment, lint, prove the JAX-only install, and run the whole
+# test suite on both backends.
 # Usage: bash scripts/test.sh [extra pytest args]
 #
-# The two backends' suites run side by side (much of a suite is one Python
+# The JAX-only route (scripts/smoke_single_backend.sh: its own .venv-jax with
+# only the [jax] and [serve] extras, TensorFlow absent) runs first, alone:
+# a few minutes, and a broken install fails before the long suites. The two
+# backends' suites then run side by side (much of a suite is one Python
 # thread compiling and waiting); each one's output is printed when both end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +14,8 @@ bash scripts/setup.sh
 export TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check keras_transformer tests scripts benchmarks
 .venv/bin/ruff format --check keras_transformer tests scripts benchmarks
+bash scripts/smoke_single_backend.sh jax
+bash scripts/resolve_cuda_extras.sh  # The GPU extras resolve: about a minute.
 logs=$(mktemp -d)
 for backend in tensorflow jax; do
   KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 \

@@ -67,6 +67,7 @@ import numpy as np
 from keras_transformer.atomic_files import atomic_write_bytes, atomic_write_text
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.text_files import DataError
+from keras_transformer.optional_imports import require
 
 RESERVED_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
 TOKENIZER_KINDS = ("sentencepiece", "wordpiece")
@@ -315,7 +316,7 @@ class WordPieceTokenizer(SubwordTokenizer):
     vocab_file = "wordpiece_vocab.txt"
 
     def __init__(self, vocabulary: list[str]):
-        import keras_hub
+        keras_hub = require("keras_hub", "hub", "The WordPiece tokenizer")
 
         if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(
@@ -333,7 +334,7 @@ class WordPieceTokenizer(SubwordTokenizer):
 
     @classmethod
     def train(cls, texts: Sequence[str], vocab_size: int) -> WordPieceTokenizer:
-        import keras_hub
+        keras_hub = require("keras_hub", "hub", "The WordPiece tokenizer")
         import tensorflow as tf
 
         # A Python list would be read as a list of *file names*; the texts

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# One backend alone, end to end: build .venv-BACKEND with only that backend's
+# extra (and [serve] for CTranslate2), check that the other backend is absent,
+# then train `tiny` briefly, translate, evaluate, average, export to
+# CTranslate2 (and load it), and export a SavedModel: on JAX that must fail
+# naming the [tensorflow] extra, on TensorFlow it must work.
+# Usage: bash scripts/smoke_single_backend.sh [jax|tensorflow]   (default jax)
+# scripts/test.sh runs the JAX route (CI: .ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+backend="${1:-jax}"
+case "$backend" in
+  jax) other=tensorflow ;;
+  tensorflow) other=jax ;;
+  *) echo "smoke_single_backend.sh: jax or tensorflow, not '$backend'" >&2; exit 2 ;;
+esac
+venv=".venv-$backend"
+start=$SECONDS
+step() { echo "=== smoke [$backend] $1 ($((SECONDS - start)) s)"; }
+fail() { echo "smoke [$backend] FAILED: $1" >&2; exit 1; }
+
+step "setup"
+bash scripts/setup.sh --venv "$venv" --extras "$backend,serve"
+py="$venv/bin/python" cli="$venv/bin/keras-transformer"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# No user state: an empty Keras home (no keras.json) and compilation cache.
+export KERAS_HOME="$work/keras-home" KERAS_TRANSFORMER_CACHE="$work/cache"
+export TF_CPP_MIN_LOG_LEVEL=2 PYTHONUNBUFFERED=1
+
+step "the other backend is absent"
+for module in "$other" tensorflow_text keras_hub; do
+  if [ "$module" = tensorflow_text ] && [ "$backend" = tensorflow ]; then continue; fi
+  if "$py" -c "import $module" 2> /dev/null; then
+    fail "import $module works in $venv; it must not be installed there"
+  fi
+done
+if [ "$backend" = jax ]; then
+  # Keras's default backend is TensorFlow: without KERAS_BACKEND the command
+  # must say what to install or choose, not crash deep inside Keras.
+  if message=$(env -u KERAS_BACKEND "$cli" summary 2>&1); then
+    fail "keras-transformer ran without TensorFlow and KERAS_BACKEND"
+  fi
+  grep -q "keras-transformer\[tensorflow\]" <<< "$message" \
+    || fail "no [tensorflow] extra named without KERAS_BACKEND: $message"
+fi
+export KERAS_BACKEND="$backend"
+
+step "train"
+run="$work/run"
+"$cli" train --run-dir "$run" --builtin-size 1000 --vocab-size 400 \
+  --max-steps 20 --checkpoint-every 10 --eval-every 0
+test -s "$run/model.keras" || fail "train wrote no model.keras"
+
+step "translate"
+printf '%s\n' "The old man has bought a red car." "The children play." \
+  | "$cli" translate --run-dir "$run" --beam-size 2 > "$work/out.de"
+[ "$(wc -l < "$work/out.de")" -eq 2 ] || fail "translate gave not 2 lines"
+
+step "evaluate"
+printf '%s\n' "The old man has bought a red car." > "$work/src.en"
+printf '%s\n' "Der alte Mann hat ein rotes Auto gekauft." > "$work/ref.de"
+"$cli" evaluate --run-dir "$run" --src "$work/src.en" --ref "$work/ref.de" \
+  --beam-size 1 | grep -q "sacreBLEU" || fail "evaluate printed no sacreBLEU"
+
+step "average"
+"$cli" average --run-dir "$run" --last 2
+test -s "$run/averaged-last-2.keras" || fail "average wrote nothing"
+
+step "export ctranslate2"
+"$cli" export --run-dir "$run" --model "$run/averaged-last-2.keras" \
+  --format ctranslate2 --out "$work/ct2"
+"$py" -c "import ctranslate2, sys; ctranslate2.Translator(sys.argv[1])" "$work/ct2" \
+  || fail "CTranslate2 cannot load the export"
+
+step "export savedmodel"
+if [ "$backend" = jax ]; then
+  if message=$("$cli" export --run-dir "$run" --out "$work/saved" 2>&1); then
+    fail "a SavedModel export worked without TensorFlow"
+  fi
+  grep -q "keras-transformer\[tensorflow\]" <<< "$message" \
+    || fail "SavedModel export did not name the [tensorflow] extra: $message"
+else
+  "$cli" export --run-dir "$run" --out "$work/saved"
+  test -s "$work/saved/saved_model.pb" || fail "no saved_model.pb"
+fi
+step "passed: $venv ($(du -sh "$venv" | cut -f1))"
