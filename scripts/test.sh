@@ -15,7 +15,6 @@ export TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check keras_transformer tests scripts benchmarks
 .venv/bin/ruff format --check keras_transformer tests scripts benchmarks
 bash scripts/smoke_single_backend.sh jax
-bash scripts/resolve_cuda_extras.sh  # The GPU extras resolve: about a minute.
 logs=$(mktemp -d)
 for backend in tensorflow jax; do
   KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 \

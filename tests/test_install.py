@@ -211,7 +211,8 @@ def test_command_line_prints_the_sentence_and_exits_2():
 
 _EVERY_COMMAND = """
 import keras_transformer
-from keras_transformer import averaging, cli, evaluation, export_ctranslate2
+from keras_transformer import averaging, cli, evaluation
+from keras_transformer.export import ctranslate2, savedmodel
 from keras_transformer import training, translator
 print(sorted(m for m in {names!r} if sys.modules.get(m) is not None))
 """
