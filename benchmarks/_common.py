@@ -226,9 +226,6 @@ def profiled_model(args):
     config = TransformerConfig.preset(args.size, vocab_size=args.vocab_size)
     keras.utils.set_random_seed(0)
     if args.keras_hub:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from training_throughput import keras_hub_model
-
         model = keras_hub_model(config)
         training.compile_model(model, config, training.TrainOptions(), metrics=None)
     else:
@@ -269,3 +266,32 @@ def print_costliest(columns: tuple[str, ...], rows, top: int) -> None:
     print("| --- " * (len(columns) + 1) + "|")
     for cells, ms in sorted(rows, key=lambda row: -row[1])[:top]:
         print("| " + " | ".join(cells) + f" | {ms:,.1f} |")
+
+
+def keras_hub_model(config):
+    """The peer assembly: keras-hub blocks with a tied embedding."""
+    import keras
+    import keras_hub
+
+    source = keras.Input((None,), dtype="int32", name="source_ids")
+    target = keras.Input((None,), dtype="int32", name="target_ids")
+    embedding = keras_hub.layers.TokenAndPositionEmbedding(
+        config.vocab_size, 256, config.d_model, tie_weights=True
+    )
+    x = embedding(source)
+    for _ in range(config.num_encoder_layers):
+        x = keras_hub.layers.TransformerEncoder(
+            config.d_ff, config.num_heads, dropout=config.dropout_rate
+        )(x, padding_mask=keras.ops.not_equal(source, 0))
+    y = embedding(target)
+    for _ in range(config.num_decoder_layers):
+        y = keras_hub.layers.TransformerDecoder(
+            config.d_ff, config.num_heads, dropout=config.dropout_rate
+        )(
+            y,
+            x,
+            decoder_padding_mask=keras.ops.not_equal(target, 0),
+            encoder_padding_mask=keras.ops.not_equal(source, 0),
+        )
+    logits = embedding.token_embedding(y, reverse=True)
+    return keras.Model({"source_ids": source, "target_ids": target}, logits)

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
     best_matmul_flops,
+    keras_hub_model,
     machine_line,
     peak_rss_mb,
     real_token_shares,
@@ -63,35 +64,6 @@ SHAPES = {
     "small": (64, 32, 5, 4),
     "base": (32, 32, 3, 1),
 }
-
-
-def keras_hub_model(config):
-    """The peer assembly: keras-hub blocks with a tied embedding."""
-    import keras
-    import keras_hub
-
-    source = keras.Input((None,), dtype="int32", name="source_ids")
-    target = keras.Input((None,), dtype="int32", name="target_ids")
-    embedding = keras_hub.layers.TokenAndPositionEmbedding(
-        config.vocab_size, 256, config.d_model, tie_weights=True
-    )
-    x = embedding(source)
-    for _ in range(config.num_encoder_layers):
-        x = keras_hub.layers.TransformerEncoder(
-            config.d_ff, config.num_heads, dropout=config.dropout_rate
-        )(x, padding_mask=keras.ops.not_equal(source, 0))
-    y = embedding(target)
-    for _ in range(config.num_decoder_layers):
-        y = keras_hub.layers.TransformerDecoder(
-            config.d_ff, config.num_heads, dropout=config.dropout_rate
-        )(
-            y,
-            x,
-            decoder_padding_mask=keras.ops.not_equal(target, 0),
-            encoder_padding_mask=keras.ops.not_equal(source, 0),
-        )
-    logits = embedding.token_embedding(y, reverse=True)
-    return keras.Model({"source_ids": source, "target_ids": target}, logits)
 
 
 def _contenders(size: str, vocab_size: int, precision: str):

@@ -15,6 +15,7 @@ from typing import Any
 from keras_transformer.config import PRESETS
 from keras_transformer.data.datasets import DatasetSpec
 from keras_transformer.data.tokenizer import TOKENIZER_KINDS
+from keras_transformer.search_settings import SearchSettings
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 DISTRIBUTE_MODES = ("auto", "none", "mirrored", "multiworker")
@@ -113,7 +114,9 @@ class TrainOptions:
     )
     keep_checkpoints: int = _option(5, "checkpoints to keep (the last K)", minimum=1)
     test_batch_size: int = _option(64, "sentences per decoding batch", minimum=1)
-    beam_size: int = _option(4, "beam size of the final test score", minimum=1)
+    beam_size: int = _option(
+        SearchSettings().beam_size, "beam size of the final test score", minimum=1
+    )
     distribute: str = _option(
         "auto", "data-parallel training (see README)", choices=DISTRIBUTE_MODES
     )

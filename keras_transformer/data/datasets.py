@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from keras_transformer.data.sources import (
+from keras_transformer.data.multi30k import load_multi30k
+from keras_transformer.data.text_files import (
     DataError,
     ParallelCorpus,
-    load_multi30k,
-    load_tfds,
     read_parallel_files,
     read_tsv,
 )
+from keras_transformer.data.tfds_source import load_tfds
 
 DATASETS = ("builtin", "multi30k", "files", "tfds:NAME")
 

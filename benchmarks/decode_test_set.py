@@ -14,7 +14,7 @@ one sentence on stdin, beam 4), with an empty and then a warm compilation
 cache (both backends keep compiled programs between runs; see
 `compilation_cache.py`).
 
-    python benchmarks/test_set_decoding.py --run-dir RUN \\
+    python benchmarks/decode_test_set.py --run-dir RUN \\
         --multi30k ../shared/data/multi30k
 """
 
@@ -187,7 +187,7 @@ def main() -> None:
         results.append(result)
         print(table(results[-1:]), flush=True)
     text = (
-        f"`python benchmarks/test_set_decoding.py --run-dir RUN --multi30k DIR` "
+        f"`python benchmarks/decode_test_set.py --run-dir RUN --multi30k DIR` "
         f"on {machine_line()}. RUN: {args.run_dir}. Multi30k test2016, "
         f"{results[0]['sentences']:,} sentences, `Translator` compiled, batches "
         f"of {args.batch_size}, sorted by length; median of {args.rounds} "
