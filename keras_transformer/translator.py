@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from keras_transformer.config import PAD_ID
-from keras_transformer.data.pipeline import pad_batch
 from keras_transformer.generate import SequenceGenerator, smaller_batch_size
 from keras_transformer.search_settings import SearchSettings, search_settings
 
@@ -128,3 +128,17 @@ class Translator:
         weights["source_tokens"] = [pieces(i) for i in source_ids[0]]
         weights["target_tokens"] = ["<s>"] + [pieces(i) for i in target_ids]
         return weights
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], length: int | None = None):
+    """Right-pad ragged ids to (B, length) int32 (length: the longest, rounded
+    up to a multiple of 8 to limit the number of compiled shapes)."""
+    longest = max((len(s) for s in sequences), default=0)
+    if length is None:
+        length = max(8, int(math.ceil(longest / 8)) * 8)
+    if longest > length:
+        raise ValueError(f"A sequence of {longest} tokens exceeds length={length}.")
+    batch = np.full((len(sequences), length), PAD_ID, np.int32)
+    for row, ids in enumerate(sequences):
+        batch[row, : len(ids)] = ids
+    return batch

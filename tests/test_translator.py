@@ -11,7 +11,7 @@ import pytest
 
 from keras_transformer.config import PAD_ID
 from keras_transformer.data.tokenizer import train_tokenizer
-from keras_transformer.translator import Translator
+from keras_transformer.translator import Translator, pad_batch
 from tests.helpers import make_corpus, no_eos_model
 
 MAX_EXTRA = 3
@@ -142,3 +142,27 @@ def test_attention_weights_translate_when_no_target(translators, tokenizer, mode
     translation = translator([source])[0]
     target_ids = tokenizer.encode([translation])[0]
     _check_attention(weights, tokenizer, model, source, target_ids)
+
+
+# --- pad_batch ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lengths, width",
+    [([1, 3], 8), ([8], 8), ([9, 2], 16), ([16], 16), ([17], 24), ([0, 0], 8)],
+)
+def test_pad_batch_rounds_up_to_multiple_of_8(lengths, width):
+    sequences = [list(range(4, 4 + n)) for n in lengths]
+    batch = pad_batch(sequences)
+    assert batch.dtype == np.int32
+    assert batch.shape == (len(lengths), width)
+    for row, ids in zip(batch, sequences, strict=True):
+        assert list(row[: len(ids)]) == ids
+        assert not row[len(ids) :].any()
+
+
+def test_pad_batch_explicit_length():
+    batch = pad_batch([[5, 6], [7]], length=5)
+    np.testing.assert_array_equal(batch, [[5, 6, 0, 0, 0], [7, 0, 0, 0, 0]])
+    with pytest.raises(ValueError, match="3 tokens exceeds length=2"):
+        pad_batch([[5, 6, 7], [8]], length=2)

@@ -445,17 +445,3 @@ def _check_positive(**values: int) -> None:
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1. Received: {value!r}")
-
-
-def pad_batch(sequences: Sequence[Sequence[int]], length: int | None = None):
-    """Right-pad ragged ids to (B, length) int32 (length: the longest, rounded
-    up to a multiple of 8 to limit the number of compiled shapes)."""
-    longest = max((len(s) for s in sequences), default=0)
-    if length is None:
-        length = max(8, int(math.ceil(longest / 8)) * 8)
-    if longest > length:
-        raise ValueError(f"A sequence of {longest} tokens exceeds length={length}.")
-    batch = np.full((len(sequences), length), PAD_ID, np.int32)
-    for row, ids in enumerate(sequences):
-        batch[row, : len(ids)] = ids
-    return batch

@@ -17,7 +17,6 @@ from keras_transformer.data.pipeline import (
     drop_empty_pairs,
     drop_long_pairs,
     filter_pairs,
-    pad_batch,
     shift_for_teacher_forcing,
 )
 from keras_transformer.data.text_files import ParallelCorpus
@@ -333,30 +332,6 @@ def test_default_buckets_keep_sentence_length_padding_low():
 
     assert real_share(bucket_lengths(128)) > 0.80
     assert real_share((8, 16, 24, 32, 48, 64, 96, 128)) < 0.77
-
-
-# --- pad_batch ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "lengths, width",
-    [([1, 3], 8), ([8], 8), ([9, 2], 16), ([16], 16), ([17], 24), ([0, 0], 8)],
-)
-def test_pad_batch_rounds_up_to_multiple_of_8(lengths, width):
-    sequences = [list(range(4, 4 + n)) for n in lengths]
-    batch = pad_batch(sequences)
-    assert batch.dtype == np.int32
-    assert batch.shape == (len(lengths), width)
-    for row, ids in zip(batch, sequences, strict=True):
-        assert list(row[: len(ids)]) == ids
-        assert not row[len(ids) :].any()
-
-
-def test_pad_batch_explicit_length():
-    batch = pad_batch([[5, 6], [7]], length=5)
-    np.testing.assert_array_equal(batch, [[5, 6, 0, 0, 0], [7, 0, 0, 0, 0]])
-    with pytest.raises(ValueError, match="3 tokens exceeds length=2"):
-        pad_batch([[5, 6, 7], [8]], length=2)
 
 
 # --- token weights, updates, tail batches -----------------------------------------
