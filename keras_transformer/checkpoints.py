@@ -120,8 +120,11 @@ class RunWriteError(OSError):
 
 def metric_states(model: keras.Model) -> list[list[float]]:
     """The values of the model's metric variables (sums and counts)."""
+    # Through a tensor: a metric variable of a MirroredStrategy is a
+    # distributed variable that NumPy cannot read directly, but reading it as
+    # a tensor outside the replicas gives its aggregated value.
     return [
-        np.asarray(keras.ops.convert_to_numpy(v.value)).tolist()
+        np.asarray(keras.ops.convert_to_numpy(keras.ops.convert_to_tensor(v))).tolist()
         for v in model.metrics_variables
     ]
 

@@ -456,13 +456,13 @@ class RunDirectory:
                 f"{self.tokenizer_dir} not found: the run has no tokenizer."
             )
         tokenizer = self.load_tokenizer()
-        if load_model:
-            loaded = self._load_model_file(model_path)
+        if self.config_path.exists():  # The run's own record must agree too.
+            config = self.load_config()
+            check_vocabulary(tokenizer, config.vocab_size, self.config_path, self)
+        loaded = self._load_model_file(model_path) if load_model else None
+        if loaded is not None:
             check_vocabulary(tokenizer, loaded.config.vocab_size, model_path, self)
-            return InferenceRun(self, model_path, tokenizer, loaded)
-        config = self.load_config()
-        check_vocabulary(tokenizer, config.vocab_size, self.config_path, self)
-        return InferenceRun(self, model_path, tokenizer, None)
+        return InferenceRun(self, model_path, tokenizer, loaded)
 
     def _load_model_file(self, path: Path):
         import keras

@@ -289,7 +289,7 @@ def test_filter_report_summary():
     assert "a.en | a.de" in summary
     assert "kept 7" in summary
     assert "2 empty" in summary and "lines 2, 5" in summary
-    assert "1 over-long" in summary and "lines 9" in summary
+    assert "1 over-long" in summary and "(line 9)" in summary
     quiet = FilterReport(kept=3, empty_lines=[], too_long_lines=[]).summary()
     assert "kept 3" in quiet and "dropped" not in quiet
     many = FilterReport(kept=0, empty_lines=list(range(1, 31)), too_long_lines=[])
