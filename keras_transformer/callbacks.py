@@ -20,6 +20,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_transformer.checkpoints import variable_value
+
 EXIT_INTERRUPTED = 75  # sysexits EX_TEMPFAIL: stopped cleanly, run it again.
 
 
@@ -173,7 +175,7 @@ class RestoreEpochMetrics(keras.callbacks.Callback):
             )
         for variable, state in zip(variables, self.states):
             saved = np.asarray(state).astype(variable.dtype)
-            variable.assign(keras.ops.convert_to_numpy(variable.value) + saved)
+            variable.assign(variable_value(variable) + saved)
         self.states = None
 
 

@@ -118,15 +118,16 @@ class RunWriteError(OSError):
         )
 
 
+def variable_value(variable) -> np.ndarray:
+    """A variable's value as NumPy. Through a tensor: a metric variable of a
+    MirroredStrategy is a distributed variable that NumPy cannot read, but
+    read as a tensor outside the replicas it gives its aggregated value."""
+    return np.asarray(keras.ops.convert_to_numpy(keras.ops.convert_to_tensor(variable)))
+
+
 def metric_states(model: keras.Model) -> list[list[float]]:
     """The values of the model's metric variables (sums and counts)."""
-    # Through a tensor: a metric variable of a MirroredStrategy is a
-    # distributed variable that NumPy cannot read directly, but reading it as
-    # a tensor outside the replicas gives its aggregated value.
-    return [
-        np.asarray(keras.ops.convert_to_numpy(keras.ops.convert_to_tensor(v))).tolist()
-        for v in model.metrics_variables
-    ]
+    return [variable_value(v).tolist() for v in model.metrics_variables]
 
 
 def save_checkpoint(
