@@ -27,6 +27,7 @@ from typing import Any
 from keras_transformer._console import quiet_native_start_up
 from keras_transformer.config import TransformerConfig, field_names
 from keras_transformer.export import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
+from keras_transformer.setting_fields import flag_name
 
 _FALSE, _TRUE = {"false", "0", "no", "off"}, {"true", "1", "yes", "on"}
 
@@ -95,7 +96,7 @@ def _at_least(minimum: float, kind=int):
 def _add_option(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
     """A `train` flag made from a TrainOptions field (one source of truth)."""
     meta = field.metadata
-    flag = "--" + field.name.replace("_", "-")
+    flag = flag_name(field.name)
     if field.type == "bool":
         parser.add_argument(flag, action="store_true", help=meta["help"])
         return
@@ -325,8 +326,6 @@ def _translate(args: argparse.Namespace) -> int:
 def _refuse_with_hyp(args: argparse.Namespace) -> None:
     """`evaluate --hyp` translates nothing: a flag for translating would be
     ignored without a word, so it is an error."""
-    from keras_transformer.search_settings import flag_name
-
     # --run-dir alone is harmless: it may name the run the file came from.
     given = [flag for flag in ("src", "model") if getattr(args, flag)]
     settings = _search_settings(args)

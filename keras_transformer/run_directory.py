@@ -467,12 +467,13 @@ class RunDirectory:
     def _load_model_file(self, path: Path):
         import keras
 
-        damage = _archive_damage(path)
-        if damage is None:
-            try:
-                return keras.saving.load_model(path, compile=False)
-            except Exception as error:  # Keras raises many kinds for one cause.
-                damage = f"it does not load ({type(error).__name__}: {error})"
+        try:
+            return keras.saving.load_model(path, compile=False)
+        except Exception as error:  # Keras raises many kinds for one cause.
+            # Diagnosed only on failure: a healthy load reads the file once.
+            damage = _archive_damage(path) or (
+                f"it does not load ({type(error).__name__}: {error})"
+            )
         raise ValueError(f"{path} is damaged: {damage}. {self._intact_advice(path)}")
 
     def _intact_advice(self, damaged: Path) -> str:

@@ -14,22 +14,12 @@ Light to import: the command line reads it before Keras starts.
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from typing import Any
+
+from keras_transformer.setting_fields import check_setting, flag_name, setting
 
 # PAD and BOS are never generated; UNK unless allow_unk (see `decoding`).
 _ALWAYS_SUPPRESSED = 2
-
-
-def _setting(default, help: str, *, minimum=None):
-    """A field with what the CLI and validation need (as `TrainOptions`')."""
-    metadata = {"help": help, "minimum": minimum, "choices": None, "flag": True}
-    return dataclasses.field(default=default, metadata=metadata)
-
-
-def flag_name(field_name: str) -> str:
-    return "--" + field_name.replace("_", "-")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,17 +31,17 @@ class SearchSettings:
     range, of the wrong type or not finite.
     """
 
-    beam_size: int = _setting(4, "beam width; 1 is greedy search", minimum=1)
-    alpha: float = _setting(
+    beam_size: int = setting(4, "beam width; 1 is greedy search", minimum=1)
+    alpha: float = setting(
         0.6, "length penalty exponent, ((5 + length) / 6) ** alpha", minimum=0.0
     )
-    max_extra_length: int = _setting(
+    max_extra_length: int = setting(
         50, "output may be this many tokens longer than its source", minimum=1
     )
-    allow_unk: bool = _setting(
+    allow_unk: bool = setting(
         False, "let the search generate the unknown token (default: suppressed)"
     )
-    early_stopping: bool = _setting(
+    early_stopping: bool = setting(
         False,
         "beam search: end a sentence once it has beam-size finished hypotheses "
         "(fairseq's rule; faster, may differ) instead of when no live one can "
@@ -60,7 +50,7 @@ class SearchSettings:
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            _check(field, getattr(self, field.name))
+            check_setting(field, getattr(self, field.name))
 
     @property
     def is_greedy(self) -> bool:
@@ -115,20 +105,3 @@ def search_settings(
             f"settings must be a SearchSettings. Received: {type(settings).__name__}"
         )
     return settings.replace(**changes) if changes else settings
-
-
-def _check(field: dataclasses.Field, value: Any) -> None:
-    where = f"{field.name} ({flag_name(field.name)})"
-    if field.type == "bool":
-        if not isinstance(value, bool):
-            raise ValueError(f"{where} must be True or False. Received: {value!r}")
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{where} must be a number. Received: {value!r}")
-    if field.type == "int" and not isinstance(value, numbers.Integral):
-        raise ValueError(f"{where} must be an integer. Received: {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{where} must be a finite number. Received: {value!r}")
-    minimum = field.metadata["minimum"]
-    if value < minimum:
-        raise ValueError(f"{where} must be >= {minimum}. Received: {value!r}")
