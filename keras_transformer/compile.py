@@ -36,7 +36,14 @@ def compile_function(fn: Callable, model: keras.Model) -> Callable:
     if backend == "tensorflow":
         import tensorflow as tf  # noqa: TID251 - the TF compiler itself
 
-        return tf.function(fn, jit_compile=True)
+        compiled = tf.function(fn, jit_compile=True)
+        # Each new shape traces once, by design; the callers keep the shapes
+        # to a small fixed set. TensorFlow would call that "excessive
+        # retracing" once 5 of the last 10 calls traced, which a search in
+        # segments (batch rows 64/16/4/1, growing caches) does on its first
+        # batches: the warning would point a user at a non-problem.
+        compiled._omit_frequent_tracing_warning = True
+        return compiled
     if backend == "jax":
         import jax  # noqa: TID251 - the JAX compiler itself
 

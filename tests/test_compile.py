@@ -108,6 +108,31 @@ def test_tensorflow_cache_that_cannot_be_used_is_left_off_with_a_warning(
     assert "TF_XLA_FLAGS" not in os.environ
 
 
+@tensorflow_only
+def test_a_function_compiled_for_several_shapes_raises_no_retracing_warning():
+    """Each shape traces once by design (the search in segments runs at a
+    few batch sizes and cache lengths); TensorFlow's "excessive retracing"
+    warning, which the main job printed twice, is not for that case."""
+    import logging
+
+    from keras_transformer.compile import compile_function
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    try:
+        compiled = compile_function(lambda x: keras.ops.sum(x * 2), model=None)
+        for length in range(1, 8):  # 7 calls, each a new shape, each traced
+            result = compiled(keras.ops.ones((2, length)))
+            assert float(result) == 4 * length
+    finally:
+        logger.removeHandler(handler)
+    messages = [record.getMessage() for record in records]
+    assert not [m for m in messages if "retracing" in m], messages
+
+
 def test_machine_key_is_twelve_hex_digits_and_stable():
     key = machine_key()
     assert len(key) == 12 and int(key, 16) >= 0
