@@ -32,6 +32,7 @@ from keras_transformer.decoding import NEG_INF
 from keras_transformer.run_directory import InferenceRun, RunDirectory
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving.protocol import RequestError
+from keras_transformer.setting_fields import flag_name
 from keras_transformer.version import __version__
 
 Hypotheses = list[tuple[str, float]]
@@ -276,7 +277,7 @@ class SavedModelEngine(Engine):
         tokenizer = load_tokenizer(directory / "assets" / "tokenizer")
         super().__init__(tokenizer, self.model.settings)
         self.directory = directory
-        self.check_settings(settings)  # The flags must agree with the export.
+        _check_flags(settings, self.model.settings, directory)
 
     def check_settings(self, settings: SearchSettings) -> None:
         fixed = self.model.settings
@@ -301,6 +302,20 @@ class SavedModelEngine(Engine):
     def info(self) -> dict[str, Any]:
         model = {"export_dir": str(self.directory), "file": self.model.info["model"]}
         return {**super().info(), "model": model}
+
+
+def _check_flags(flags: SearchSettings, fixed: SearchSettings, directory) -> None:
+    """Search flags left at their defaults take the export's settings; one
+    given with another value than the export's cannot be honoured."""
+    default = SearchSettings()
+    for name, value in flags.to_dict().items():
+        if value not in (getattr(default, name), getattr(fixed, name)):
+            raise ValueError(
+                f"{flag_name(name)} {value}: the SavedModel in {directory} was "
+                f"exported with {name}={getattr(fixed, name)!r}, fixed at export. "
+                f"Leave {flag_name(name)} out, or serve with --engine keras or "
+                "ctranslate2."
+            )
 
 
 def _export_info(directory: Path, expected: str) -> dict[str, Any]:

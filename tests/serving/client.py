@@ -40,6 +40,7 @@ def make_run(directory: Path) -> Path:
             values[token_id] = -20.0
     bias.assign(values)
     model.save(directory / "model.keras")
+    model.config.to_json(directory / "config.json")
     return directory
 
 
