@@ -23,8 +23,8 @@ from tests.serving.client import ServerProcess, make_run
 pytestmark = pytest.mark.slow
 
 EXTRA = 4
-LIMITS = ["--max-texts", "8", "--max-text-chars", "300", "--max-beam-size", "6"]
-BATCHING = ["--max-batch-size", "8", "--max-wait-ms", "5", "--max-queue", "16"]
+LIMITS = ["--max-texts", "4", "--max-text-chars", "160", "--max-beam-size", "6"]
+BATCHING = ["--max-batch-size", "4", "--max-wait-ms", "5", "--max-queue", "12"]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def server(run_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def sentences():
     """Held-out built-in sentences of many lengths, and awkward inputs."""
-    pairs = generate_corpus(num_train=2000, num_valid=100, num_test=16, seed=5)
+    pairs = generate_corpus(num_train=2000, num_valid=100, num_test=12, seed=5)
     return [source for source, _ in pairs["test"]] + ["", "  ", "Café 日本 😀"]
 
 
@@ -65,11 +65,11 @@ def test_health_info_docs_and_the_page(server):
     assert info["engine"] == "keras" and info["attention"] is True
     assert info["settings"]["beam_size"] == 4
     assert info["settings"]["max_extra_length"] == EXTRA
-    assert info["limits"]["max_texts"] == 8
+    assert info["limits"]["max_texts"] == 4
     assert info["batching"] == {
-        "max_batch_size": 8,
+        "max_batch_size": 4,
         "max_wait_ms": 5.0,
-        "max_queue": 16,
+        "max_queue": 12,
     }
     assert info["tokenizer"]["kind"] == "sentencepiece"
     assert info["model"]["layers"] == [1, 1] and info["version"]
@@ -151,14 +151,14 @@ def bad_requests(server) -> list[tuple[str, bytes, int, str]]:
         ("beam size a string", body(beam_size="4"), 422, "beam_size"),
         ("unknown field", body(beams=4), 422, "beams"),
         ("empty batch", body(texts=[]), 422, "texts"),
-        ("too many texts", body(texts=["a"] * 9), 413, "texts"),
-        ("text too long", body(texts=["a", "b" * 301]), 413, "texts[1]"),
+        ("too many texts", body(texts=["a"] * 5), 413, "texts"),
+        ("text too long", body(texts=["a", "b" * 161]), 413, "texts[1]"),
         ("lone surrogate", b'{"texts": ["a\\ud800"]}', 422, "texts[0]"),
         ("beam size 0", body(beam_size=0), 422, "beam_size"),
         ("beam size above the maximum", body(beam_size=7), 422, "beam_size"),
         ("n-best above the beam", body(beam_size=2, n_best=3), 422, "n_best"),
         ("alpha negative", body(alpha=-1), 422, "alpha"),
-        ("body too large", b" " * 20_000, 413, "body"),  # Limit: 18,560.
+        ("body too large", b" " * 8_000, 413, "body"),  # Limit: 7,968.
     ]
 
 
@@ -166,7 +166,7 @@ def test_every_bad_request_is_a_4xx_naming_its_field_beside_good_ones(server):
     """Bad requests sent while others translate: each gets its own answer,
     the good ones theirs, and the server keeps serving."""
     cases = bad_requests(server)
-    good_texts = [f"the dog sleeps {'near the river ' * n}." for n in range(6)]
+    good_texts = [f"the dog sleeps {'near the river ' * n}." for n in range(4)]
     expected = server.translate(good_texts)
     answers, good = {}, []
 
@@ -192,8 +192,8 @@ def test_every_bad_request_is_a_4xx_naming_its_field_beside_good_ones(server):
         named, message = answer.error()
         assert named == field, (what, message)
         assert field.split("[")[0] in message or field == "body", (what, message)
-    assert "limit is 300 (--max-text-chars)" in answers["text too long"].error()[1]
-    assert "limit is 8 per request" in answers["too many texts"].error()[1]
+    assert "limit is 160 (--max-text-chars)" in answers["text too long"].error()[1]
+    assert "limit is 4 per request" in answers["too many texts"].error()[1]
     assert good == [expected] * 3
     assert server.get("/healthz").status == 200
     blank_source = server.post("/v1/attention", {"source": " ", "translation": "x"})
@@ -242,11 +242,11 @@ def test_concurrent_clients_get_what_translate_prints(
     assert got == [(beam, expected[beam][i]) for i, beam in enumerate(beams)]
 
 
-LONG = " ".join(["the old man likes the garden near the river"] * 6)[:290]
+LONG = " ".join(["the old man likes the garden near the river"] * 4)[:150]
 
 
 def test_overload_is_503_with_retry_after_and_the_accepted_are_answered(server):
-    """Far more texts at once than the queue (16) and a batch (8) hold."""
+    """Far more texts at once than the queue (12) and a batch (4) hold."""
     expected = server.translate([LONG])[0]
     answers = []
     start = threading.Barrier(12)
@@ -254,7 +254,7 @@ def test_overload_is_503_with_retry_after_and_the_accepted_are_answered(server):
     def client():
         start.wait()
         answers.append(
-            server.post("/v1/translate", {"texts": [LONG] * 8, "beam_size": 4})
+            server.post("/v1/translate", {"texts": [LONG] * 4, "beam_size": 4})
         )
 
     threads = [threading.Thread(target=client) for _ in range(12)]
@@ -270,7 +270,7 @@ def test_overload_is_503_with_retry_after_and_the_accepted_are_answered(server):
             assert "The queue is full" in answer.error()[1]
         else:
             assert [t["translation"] for t in answer.json()["translations"]] == (
-                [expected] * 8
+                [expected] * 4
             )
     assert server.get("/healthz").json() == {"status": "ok", "queued": 0, "decoding": 0}
 
