@@ -186,11 +186,13 @@ def summary(latencies: list[float], errors: int, elapsed: float) -> dict:
     )
 
 
-def warm_up(port: int, sentences: list[str], batch: int) -> float:
-    """Compile the shapes: the sentences at full concurrency, twice."""
+def warm_up(port: int, sentences: list[str], clients: list[int]) -> float:
+    """Every sentence once at each client count: the batch sizes and
+    source lengths the measurement meets are compiled first (the Keras
+    engine compiles each shape of its search at first sight)."""
     start = time.perf_counter()
-    for _ in range(2):
-        closed_loop(port, sentences, max(batch, 1), len(sentences), 3600)
+    for count in clients:
+        closed_loop(port, sentences, count, len(sentences), 3600)
     return time.perf_counter() - start
 
 
@@ -223,7 +225,7 @@ def measure(args, sentences) -> list[str]:
         for mode, flags in (("on", []), ("off", ["--max-batch-size", "1"])):
             server = Server(args.run_dir, engine, flags + args.serve_flag)
             try:
-                warm = warm_up(server.port, sentences, 1 if flags else 32)
+                warm = warm_up(server.port, sentences, args.clients)
                 print(f"{engine}, batching {mode}: warm-up {warm:.0f} s", flush=True)
                 for clients in args.clients:
                     row = closed_loop(
@@ -270,7 +272,7 @@ def sweep(args, sentences) -> list[str]:
                 flags = ["--max-batch-size", str(size), "--max-wait-ms", str(wait)]
                 server = Server(args.run_dir, engine, flags + args.serve_flag)
                 try:
-                    warm_up(server.port, sentences, size)
+                    warm_up(server.port, sentences, [1, 32])
                     for clients in (1, 32):
                         row = closed_loop(
                             server.port, sentences, clients, args.requests, args.seconds
