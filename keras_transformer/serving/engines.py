@@ -142,7 +142,7 @@ class KerasEngine(Engine):
         return translator
 
     def translate(self, texts: Sequence[str], settings: SearchSettings):
-        return [real_hypotheses(h) for h in self._translator(settings).nbest(texts)]
+        return self._translator(settings).nbest(texts)
 
     def attention(self, source: str, translation: str) -> dict[str, Any]:
         """Cross-attention of every layer and head, teacher-forced on the
