@@ -76,6 +76,15 @@ class Server:
         self.log_path.unlink()
 
 
+def batching_stats(port: int) -> tuple[int, int]:
+    """(batches, texts) the server has decoded so far."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.request("GET", "/healthz")
+    stats = json.loads(connection.getresponse().read())
+    connection.close()
+    return stats["batches"], stats["texts"]
+
+
 def post(connection: http.client.HTTPConnection, texts: list[str]) -> int:
     body = json.dumps({"texts": texts}).encode()
     connection.request(
@@ -186,6 +195,15 @@ def summary(latencies: list[float], errors: int, elapsed: float) -> dict:
     )
 
 
+def measured_loop(port: int, sentences: list[str], clients: int, args) -> dict:
+    """`closed_loop`, with the mean batch size the server decoded meanwhile."""
+    batches, texts = batching_stats(port)
+    row = closed_loop(port, sentences, clients, args.requests, args.seconds)
+    after = batching_stats(port)
+    row["batch"] = (after[1] - texts) / max(after[0] - batches, 1)
+    return row
+
+
 def warm_up(port: int, sentences: list[str], clients: list[int]) -> float:
     """Every sentence once at each client count: the batch sizes and
     source lengths the measurement meets are compiled first (the Keras
@@ -203,7 +221,7 @@ def read_sentences(path: str, count: int) -> list[str]:
 
 
 def load_row(engine, mode, clients, row, rss, load) -> str:
-    cells = [engine, mode, clients, f"{row['per_second']:.1f}"]
+    cells = [engine, mode, clients, f"{row['per_second']:.1f}", f"{row['batch']:.1f}"]
     cells += [f"{row[p]:,.0f}" for p in ("p50", "p95", "p99")]
     cells += [row["errors"], f"{rss:,.0f}", f"{load:.1f}"]
     return "| " + " | ".join(map(str, cells)) + " |"
@@ -211,9 +229,9 @@ def load_row(engine, mode, clients, row, rss, load) -> str:
 
 def measure(args, sentences) -> list[str]:
     lines = [
-        "| engine | batching | clients | sentences/s | p50 ms | p95 ms | p99 ms "
-        "| errors | server peak RSS MB | load avg |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| engine | batching | clients | sentences/s | mean batch | p50 ms | p95 ms "
+        "| p99 ms | errors | server peak RSS MB | load avg |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     overload = [
         "| engine | offered/s (2x capacity) | answered/s | 503 share | p50 ms "
@@ -228,9 +246,7 @@ def measure(args, sentences) -> list[str]:
                 warm = warm_up(server.port, sentences, args.clients)
                 print(f"{engine}, batching {mode}: warm-up {warm:.0f} s", flush=True)
                 for clients in args.clients:
-                    row = closed_loop(
-                        server.port, sentences, clients, args.requests, args.seconds
-                    )
+                    row = measured_loop(server.port, sentences, clients, args)
                     line = load_row(
                         engine,
                         mode,
@@ -262,9 +278,9 @@ def measure(args, sentences) -> list[str]:
 
 def sweep(args, sentences) -> list[str]:
     lines = [
-        "| engine | max batch size | max wait ms | clients | sentences/s | p50 ms "
-        "| p99 ms |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| engine | max batch size | max wait ms | clients | sentences/s "
+        "| mean batch | p50 ms | p99 ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for engine in args.engines:
         for size in args.sweep_batch:

@@ -77,7 +77,7 @@ step "export ctranslate2"
 step "serve"
 "$cli" serve --run-dir "$run" --port 0 --beam-size 2 > "$work/serve.out" 2> "$work/serve.err" &
 server=$!
-trap 'kill "$server" 2> /dev/null; rm -rf "$work"' EXIT
+trap 'kill "$server" 2> /dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 600); do
   grep -q "http://127.0.0.1:" "$work/serve.out" && break
   kill -0 "$server" 2> /dev/null || fail "serve exited: $(tail -5 "$work/serve.err")"

@@ -141,6 +141,7 @@ class Batcher:
         self._changed = threading.Condition()
         self._stopping = False
         self._busy = 0  # Texts being decoded now.
+        self._batches = self._texts = 0  # Decoded so far (mean batch size).
         self._seconds_per_text = 0.05  # Refined by every batch (Retry-After).
         self._thread = threading.Thread(
             target=self._work, name="keras-transformer-batcher", daemon=True
@@ -184,8 +185,14 @@ class Batcher:
         self._changed.notify()
 
     def stats(self) -> dict[str, int]:
+        """Texts queued and decoding now; batches and texts decoded so far."""
         with self._changed:
-            return {"queued": len(self._queue), "decoding": self._busy}
+            return {
+                "queued": len(self._queue),
+                "decoding": self._busy,
+                "batches": self._batches,
+                "texts": self._texts,
+            }
 
     def stop(self, timeout: float | None = None) -> None:
         """Finish what is queued, then end the worker. New work is refused."""
@@ -206,6 +213,9 @@ class Batcher:
             finally:
                 with self._changed:
                     self._busy = 0
+                    if batch[0].call is None:
+                        self._batches += 1
+                        self._texts += len(batch)
 
     def _wait_for_batch(self) -> list[Item] | None:
         """The next batch (None: stopping and nothing left); holds the lock."""

@@ -105,6 +105,9 @@ def test_concurrent_callers_get_their_own_answers_in_their_order():
     assert all(len({t for t in texts}) == len(texts) for _, texts in engine.batches)
     # Requests were merged: fewer batches than requests.
     assert len(engine.batches) < 80
+    stats = batcher.stats()
+    assert stats["batches"] == len(engine.batches)
+    assert stats["texts"] == sum(len(texts) for _, texts in engine.batches)
 
 
 def test_a_failing_batch_fails_only_its_requests():

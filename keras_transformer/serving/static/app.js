@@ -138,9 +138,10 @@ function fillSelectors() {
     if (extra) select.add(new Option(extra, "all"));
     if ([...select.options].some((o) => o.value === kept)) select.value = kept;
   };
+  const first = $("layer").options.length === 0;
   options($("layer"), layers);
   options($("head"), heads, "all heads");
-  if (!$("layer").value) $("layer").value = String(layers - 1);
+  if (first) $("layer").value = String(layers - 1);  // The last layer first.
   $("attention").hidden = false;
 }
 
