@@ -29,8 +29,10 @@ class ServeOptions:
         "others to join its batch (0: decode what is waiting at once)",
         minimum=0.0,
     )
+    # An accepted request waits at most about max_queue / throughput: at 2x
+    # the capacity, 256 let accepted requests wait 10-14 s, 64 about 2-3.
     max_queue: int = setting(
-        256, "texts that may wait for a batch; past them, 503 + Retry-After", minimum=1
+        64, "texts that may wait for a batch; past them, 503 + Retry-After", minimum=1
     )
     max_texts: int = setting(64, "texts per /v1/translate request", minimum=1)
     max_text_chars: int = setting(
