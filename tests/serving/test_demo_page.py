@@ -36,6 +36,8 @@ FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--disable-renderer-backgrounding",
+    "--disable-background-timer-throttling",
     "--window-size=1200,1400",
 ]
 SENTENCE = "A man in a blue shirt is playing the guitar on the street."
@@ -74,6 +76,9 @@ def browser(tmp_path_factory):
         driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     except WebDriverException as error:  # Installed, but cannot start: a failure.
         pytest.fail(f"Chromium did not start: {error.msg}")
+    # Selenium gives up on a chromedriver command after 120 s; on a 2-core
+    # machine busy with other jobs one took longer (a starved browser).
+    driver.command_executor.client_config.timeout = 600
     yield driver
     driver.quit()
 
