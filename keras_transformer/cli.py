@@ -5,6 +5,7 @@ keras-transformer train --dataset multi30k --data-dir DIR --preset small
 keras-transformer translate --run-dir R < input.en > output.de
 keras-transformer evaluate --run-dir R --src test.en --ref test.de
 keras-transformer average --run-dir R --last 5
+keras-transformer serve --run-dir R          # http://127.0.0.1:8080/
 
 Exit status: 0 done; 1 training diverged (NaN or Inf loss; the message names
 the step); 2 bad input or settings, or a run directory in use by another
@@ -420,6 +421,69 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from keras_transformer.serving.options import ServeOptions
+    from keras_transformer.serving.server import serve
+
+    names = (field.name for field in dataclasses.fields(ServeOptions))
+    options = ServeOptions(**{name: getattr(args, name) for name in names})
+    return serve(
+        run_dir=args.run_dir,
+        engine=args.engine,
+        settings=_search_settings(args),
+        options=options,
+        host=args.host,
+        port=args.port,
+        allow_remote=args.allow_remote,
+        model=args.model,
+        export_dir=args.export_dir,
+        access_log=args.access_log,
+    )
+
+
+def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from keras_transformer.serving.options import ServeOptions
+    from keras_transformer.serving.server import DEFAULT_HOST, DEFAULT_PORT
+
+    _add_decoding_arguments(parser)  # The search flags: a request's defaults.
+    parser.add_argument(
+        "--engine",
+        choices=("keras", "ctranslate2", "savedmodel"),
+        default="keras",
+        help="keras (the run's model, attention plots), ctranslate2 or "
+        "savedmodel (an export: --export-dir, or made at start-up) "
+        "(default: keras)",
+    )
+    parser.add_argument(
+        "--export-dir",
+        help="ctranslate2 / savedmodel: an existing export of the run "
+        "(default: export it to a temporary directory at start-up)",
+    )
+    parser.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default: {DEFAULT_HOST}, this machine "
+        "only; any other needs --allow-remote)",
+    )
+    parser.add_argument(
+        "--port",
+        type=_at_least(0),
+        default=DEFAULT_PORT,
+        help=f"port (0: a free one, printed at start) (default: {DEFAULT_PORT})",
+    )
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --host reachable from other machines (no authentication, "
+        "no TLS: put it behind your own proxy)",
+    )
+    parser.add_argument(
+        "--access-log", action="store_true", help="log every request (uvicorn's)"
+    )
+    for field in dataclasses.fields(ServeOptions):
+        _add_option(parser, field)
+
+
 def _summary(args: argparse.Namespace) -> int:
     from keras_transformer.model import build_transformer
 
@@ -501,6 +565,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="CTranslate2: rows of the sinusoidal position table, the longest "
         f"source or output it can encode (default: {DEFAULT_MAX_POSITIONS})",
     )
+    _add_serve_arguments(
+        commands.add_parser(
+            "serve",
+            help="serve translations over HTTP (API, demo page, dynamic batching)",
+        )
+    )
     summary = commands.add_parser("summary", help="print preset sizes")
     summary.add_argument("presets", nargs="*", default=["tiny", "base", "big"])
     summary.add_argument(
@@ -517,6 +587,7 @@ _COMMANDS = {
     "summary": _summary,
     "average": _average,
     "export": _export,
+    "serve": _serve,
 }
 
 
@@ -526,11 +597,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:  # `keras-transformer` alone trains the default.
         args = parser.parse_args(["train", *(argv or [])])
     try:
-        if args.command in ("train", "translate", "evaluate"):
+        if args.command in ("train", "translate", "evaluate", "serve"):
             from keras_transformer.compile import enable_compilation_cache
 
             enable_compilation_cache()
-        if args.command in ("translate", "evaluate"):  # train: distribution.py
+        if args.command in ("translate", "evaluate", "serve"):  # train: distribution
             from keras_transformer.accelerators import warn_if_gpus_unused
 
             warn_if_gpus_unused()

@@ -29,6 +29,8 @@ EXTRAS = {
     "torch": "torch",
     "keras_hub": "hub",
     "ctranslate2": "serve",
+    "fastapi": "serve",
+    "uvicorn": "serve",
     "nbclient": "notebooks",
     "nbformat": "notebooks",
 }

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from keras_transformer.config import PAD_ID
+from keras_transformer.decoding import NEG_INF
 from keras_transformer.generate import SequenceGenerator, smaller_batch_size
 from keras_transformer.search_settings import SearchSettings, search_settings
 
@@ -71,11 +72,16 @@ class Translator:
     def __call__(self, texts: Sequence[str]) -> list[str]:
         return self.translate(texts)
 
-    def translate_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Best output ids per text (up to and including EOS)."""
+    def search(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every hypothesis of the search per text, in input order: (ids
+        (k, L) int32, up to and including EOS then PAD; scores (k,)
+        float32), best first. A blank text gets (k, 0) ids and zero
+        scores: it is not searched."""
         texts = list(texts)
         encoded = self.tokenizer.encode(texts)
-        results = [np.zeros((0,), np.int32)] * len(texts)
+        k = self.settings.beam_size
+        results = [(np.zeros((k, 0), np.int32), np.zeros((k,), np.float32))]
+        results *= len(texts)
         # Similar lengths together: less padding, fewer distinct shapes.
         order = sorted(
             (i for i, ids in enumerate(encoded) if ids and texts[i].strip()),
@@ -90,15 +96,38 @@ class Translator:
             if self.generator.drop_finished:
                 size = smaller_batch_size(self.batch_size, len(rows))
             rows += [[]] * (size - len(rows))
-            sequences, _ = self.generator(pad_batch(rows))
+            sequences, scores = self.generator(pad_batch(rows))
             for row, index in enumerate(chunk):
-                best = sequences[row, 0]
-                results[index] = best[best != PAD_ID]
+                results[index] = (sequences[row], scores[row])
         return results
+
+    def translate_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Best output ids per text (up to and including EOS)."""
+        return [_strip_pad(ids[0]) for ids, _ in self.search(texts)]
 
     def translate(self, texts: Sequence[str]) -> list[str]:
         """One translation per input, in input order; "" for a blank input."""
-        outputs = self.translate_ids(texts)
+        return self._detokenize(self.translate_ids(texts))
+
+    def nbest(self, texts: Sequence[str]) -> list[list[tuple[str, float]]]:
+        """The k hypotheses of the search per text, best first, as
+        (translation, score) pairs; the score is what the search ranks by
+        (length-normalised log-probability in beam search, total
+        log-probability in greedy search). A blank text gets [("", 0.0)];
+        a sentence that finished fewer than k hypotheses lists only those."""
+        results = self.search(texts)
+        flat = [_strip_pad(row) for ids, _ in results for row in ids]
+        strings = iter(self._detokenize(flat))
+        nbest = []
+        for ids, scores in results:
+            hypotheses = [(next(strings), float(score)) for score in scores]
+            # Empty slots of the finished pool hold about NEG_INF.
+            real = [h for h in hypotheses[1:] if h[1] > NEG_INF / 2]
+            nbest.append(hypotheses[:1] + real if ids.shape[1] else hypotheses[:1])
+        return nbest
+
+    def _detokenize(self, outputs: list[np.ndarray]) -> list[str]:
+        """Output ids -> strings; "" for an empty output."""
         width = max((len(o) for o in outputs), default=0)
         padded = np.zeros((len(outputs), max(width, 1)), np.int32)
         for row, ids in enumerate(outputs):
@@ -128,6 +157,10 @@ class Translator:
         weights["source_tokens"] = [pieces(i) for i in source_ids[0]]
         weights["target_tokens"] = ["<s>"] + [pieces(i) for i in target_ids]
         return weights
+
+
+def _strip_pad(ids: np.ndarray) -> np.ndarray:
+    return ids[ids != PAD_ID]
 
 
 def pad_batch(sequences: Sequence[Sequence[int]], length: int | None = None):

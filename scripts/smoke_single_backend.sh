@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One backend alone, end to end: build .venv-BACKEND with only that backend's
-# extra (and [serve] for CTranslate2), check that the other backend is absent,
+# extra (and [serve] for CTranslate2 and the HTTP server), check that the other backend is absent,
 # then train `tiny` briefly, translate, evaluate, average, export to
-# CTranslate2 (and load it), and export a SavedModel: on JAX that must fail
-# naming the [tensorflow] extra, on TensorFlow it must work.
+# CTranslate2 (and load it), serve over HTTP (one translation, then SIGTERM),
+# and export a SavedModel: on JAX that must fail naming the [tensorflow]
+# extra, on TensorFlow it must work.
 # Usage: bash scripts/smoke_single_backend.sh [jax|tensorflow]   (default jax)
 # scripts/test.sh runs the JAX route (CI: .ci/run).
 set -euo pipefail
@@ -72,6 +73,27 @@ step "export ctranslate2"
   --format ctranslate2 --out "$work/ct2"
 "$py" -c "import ctranslate2, sys; ctranslate2.Translator(sys.argv[1])" "$work/ct2" \
   || fail "CTranslate2 cannot load the export"
+
+step "serve"
+"$cli" serve --run-dir "$run" --port 0 --beam-size 2 > "$work/serve.out" 2> "$work/serve.err" &
+server=$!
+trap 'kill "$server" 2> /dev/null || true; rm -rf "$work"' EXIT
+for _ in $(seq 600); do
+  grep -q "http://127.0.0.1:" "$work/serve.out" && break
+  kill -0 "$server" 2> /dev/null || fail "serve exited: $(tail -5 "$work/serve.err")"
+  sleep 0.5
+done
+url=$(grep -o "http://127.0.0.1:[0-9]*/" "$work/serve.out") || fail "serve printed no address"
+"$py" - "$url" <<'PY' || fail "serve did not translate"
+import json, sys, urllib.request
+request = urllib.request.Request(
+    sys.argv[1] + "v1/translate", json.dumps({"texts": ["The children play."]}).encode(),
+    {"Content-Type": "application/json"})
+answer = json.load(urllib.request.urlopen(request, timeout=300))
+assert len(answer["translations"][0]["n_best"]) >= 1, answer
+PY
+kill -TERM "$server"
+wait "$server" || fail "serve did not exit with 0 after SIGTERM"
 
 step "export savedmodel"
 if [ "$backend" = jax ]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up the environment, lint, prove the JAX-only install, and run the whole
-# test suite on both backends.
+# Set up the environment, lint, prove the JAX-only install, install Debian's
+# chromium for the browser test (if missing), and run the whole test suite
+# on both backends.
 # Usage: bash scripts/test.sh [extra pytest args]
 #
 # The JAX-only route (scripts/smoke_single_backend.sh: its own .venv-jax with
@@ -15,6 +16,8 @@ export TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check keras_transformer tests scripts benchmarks
 .venv/bin/ruff format --check keras_transformer tests scripts benchmarks
 bash scripts/smoke_single_backend.sh jax
+# Debian's chromium for the demo page's browser test, when missing.
+bash scripts/install_browser.sh
 logs=$(mktemp -d)
 for backend in tensorflow jax; do
   KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 \

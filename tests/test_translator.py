@@ -166,3 +166,21 @@ def test_pad_batch_explicit_length():
     np.testing.assert_array_equal(batch, [[5, 6, 0, 0, 0], [7, 0, 0, 0, 0]])
     with pytest.raises(ValueError, match="3 tokens exceeds length=2"):
         pad_batch([[5, 6, 7], [8]], length=2)
+
+
+def test_nbest_gives_every_hypothesis_best_first(model, tokenizer):
+    translator = Translator(
+        model, tokenizer, beam_size=3, max_extra_length=MAX_EXTRA, batch_size=4
+    )
+    texts = [SENTENCES[0], "", SENTENCES[2]]
+    nbest = translator.nbest(texts)
+    assert [hypotheses[0][0] for hypotheses in nbest] == translator.translate(texts)
+    assert nbest[1] == [("", 0.0)]
+    searched = translator.search(texts)
+    for index in (0, 2):
+        assert len(nbest[index]) == 3
+        scores = [score for _, score in nbest[index]]
+        assert scores == sorted(scores, reverse=True)
+        np.testing.assert_allclose(scores, searched[index][1], rtol=1e-6)
+        ids = searched[index][0]
+        assert len({tuple(row) for row in ids.tolist()}) == 3  # Distinct.

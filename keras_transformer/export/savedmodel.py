@@ -198,6 +198,54 @@ def _signature_docs(settings: SearchSettings) -> dict[str, str]:
     return docs
 
 
+class SavedModelTranslator:
+    """An exported SavedModel loaded for serving (`keras-transformer serve
+    --engine savedmodel`): strings in, n-best lists out.
+
+    Args:
+        path: the export's directory (with `assets/export.json`).
+
+    Raises:
+        ImportError: TensorFlow or tensorflow-text is missing.
+        FileNotFoundError: `path` holds no export of this package.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        path = Path(path)
+        info_path = path / "assets" / EXPORT_INFO
+        if not info_path.is_file():
+            raise FileNotFoundError(
+                f"{info_path} not found: {path} is not a SavedModel written by "
+                "keras-transformer export."
+            )
+        _require_tensorflow()
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401 - registers the tokenizer ops
+
+        self.info = json.loads(info_path.read_text(encoding="utf-8"))
+        names = {field: self.info[field] for field in SearchSettings().to_dict()}
+        self.settings = SearchSettings(**names)
+        self._tf = tf
+        loaded = tf.saved_model.load(str(path))
+        self._signatures = loaded.signatures
+        self._loaded = loaded  # The signatures need their object alive.
+
+    def nbest(self, texts: list[str]) -> list[list[tuple[str, float]]]:
+        """The export's hypotheses per text, best first (one for greedy)."""
+        tf = self._tf
+        batch = tf.constant(texts, tf.string)
+        if self.settings.beam_size == 1:
+            out = self._signatures["translate"](text=batch)
+            strings, scores = out["translation"][:, None], out["score"][:, None]
+        else:
+            out = self._signatures["nbest"](text=batch)
+            strings, scores = out["translations"], out["scores"]
+        return [
+            [(s.decode("utf-8"), float(score)) for s, score in zip(row, row_scores)]
+            for row, row_scores in zip(strings.numpy(), scores.numpy())
+        ]
+
+
 def _child_main(argv: list[str]) -> int:
     request = json.loads(argv[0])
     try:

@@ -1,0 +1,251 @@
+"""Dynamic batching: texts of concurrent requests decoded as one batch.
+
+Each request's texts join one FIFO queue. A single worker thread takes the
+oldest text and the texts after it that were asked for with the same search
+settings, up to `max_batch_size`, waiting for more at most `max_wait_ms`
+after the oldest arrived (a full batch goes at once), decodes them with one
+engine call, and hands each text's result back to its request. A request
+is answered when all its texts are done, in its own order, whatever
+batches they went through. Texts asked for with other settings keep their
+place for a later batch: one search runs one set of settings.
+
+The queue is bounded (`max_queue` texts waiting): a request that would
+overflow it is refused at once with `Overloaded` (the server's 503 and
+Retry-After) instead of growing memory and latency without end. A failing
+batch fails only the requests with texts in it.
+
+`BatchQueue` is the deterministic part (what goes into the next batch, and
+when), driven by explicit times; `Batcher` runs it on a worker thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+
+class Overloaded(RuntimeError):
+    """The queue is full; `retry_after` is a guess of when it has room (s)."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class _Request:
+    """One caller's texts and the future its answer goes to."""
+
+    def __init__(self, size: int, single: bool = False):
+        self.future: Future = Future()
+        self.results: list[Any] = [None] * size
+        self.remaining = size
+        self.single = single  # The answer is the one result, not a list.
+
+    def fill(self, index: int, result: Any) -> None:
+        if self.future.done():  # Failed in another batch already.
+            return
+        self.results[index] = result
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.future.set_result(self.results[0] if self.single else self.results)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+@dataclasses.dataclass
+class Item:
+    """One text of one request (or, with `call`, a job run alone)."""
+
+    key: Hashable
+    text: Any
+    request: _Request
+    index: int
+    arrival: float
+    call: Callable[[], Any] | None = None
+
+
+class BatchQueue:
+    """Which items form the next batch, and when (no threads, no clock).
+
+    Args:
+        max_batch_size: texts per batch, at most.
+        max_wait: seconds the oldest text may wait for others to join.
+        max_queue: texts that may wait, at most.
+    """
+
+    def __init__(self, max_batch_size: int, max_wait: float, max_queue: int):
+        self.max_batch_size = max_batch_size
+        self.max_wait = max_wait
+        self.max_queue = max_queue
+        self.items: collections.deque[Item] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def room(self) -> int:
+        return self.max_queue - len(self.items)
+
+    def add(self, items: Sequence[Item]) -> None:
+        if len(items) > self.room():
+            raise ValueError(f"{len(items)} items do not fit in {self.room()}.")
+        self.items.extend(items)
+
+    def next_batch(self, now: float) -> tuple[list[Item], float | None]:
+        """(the batch to run now, []) or ([], seconds to wait before asking
+        again; None: nothing queued). The batch leaves the queue."""
+        if not self.items:
+            return [], None
+        first = self.items[0]
+        if first.call is not None:
+            return [self.items.popleft()], 0.0
+        same = [item for item in self.items if item.key == first.key]
+        due = first.arrival + self.max_wait
+        if len(same) < self.max_batch_size and now < due:
+            return [], due - now
+        batch = same[: self.max_batch_size]
+        chosen = {id(item) for item in batch}
+        self.items = collections.deque(i for i in self.items if id(i) not in chosen)
+        return batch, 0.0
+
+
+class Batcher:
+    """Runs a `BatchQueue` on one worker thread.
+
+    Args:
+        run_batch: `(texts, key) -> results`, one result per text in order;
+            called on the worker thread only (so an engine needs no locks).
+        max_batch_size, max_wait_ms, max_queue: see `BatchQueue`.
+        clock: seconds, monotonic (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        run_batch: Callable[[list[Any], Hashable], Sequence[Any]],
+        *,
+        max_batch_size: int,
+        max_wait_ms: float,
+        max_queue: int,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._run_batch = run_batch
+        self._queue = BatchQueue(max_batch_size, max_wait_ms / 1000, max_queue)
+        self._clock = clock
+        self._changed = threading.Condition()
+        self._stopping = False
+        self._busy = 0  # Texts being decoded now.
+        self._batches = self._texts = 0  # Decoded so far (mean batch size).
+        self._seconds_per_text = 0.05  # Refined by every batch (Retry-After).
+        self._thread = threading.Thread(
+            target=self._work, name="keras-transformer-batcher", daemon=True
+        )
+        self._thread.start()
+
+    def submit(self, texts: Sequence[Any], key: Hashable) -> Future:
+        """Queue `texts` to decode with settings `key`; a Future of their
+        results in order. Raises `Overloaded` when they do not fit."""
+        request = _Request(len(texts))
+        if not texts:
+            request.future.set_result([])
+            return request.future
+        with self._changed:
+            now = self._clock()
+            items = [Item(key, t, request, i, now) for i, t in enumerate(texts)]
+            self._enqueue(items)
+        return request.future
+
+    def submit_call(self, call: Callable[[], Any]) -> Future:
+        """Run `call()` alone on the worker thread, in queue order (work
+        that must not run beside the decoding, such as attention weights);
+        a Future of its result."""
+        request = _Request(1, single=True)
+        with self._changed:
+            self._enqueue([Item(None, None, request, 0, self._clock(), call)])
+        return request.future
+
+    def _enqueue(self, items: list[Item]) -> None:
+        if self._stopping:
+            raise Overloaded("The server is shutting down.", retry_after=1)
+        if len(items) > self._queue.room():
+            waiting = len(self._queue) + self._busy
+            retry = math.ceil(waiting * self._seconds_per_text)
+            raise Overloaded(
+                f"The queue is full ({len(self._queue)} of {self._queue.max_queue} "
+                f"texts waiting; this request has {len(items)}): try again later.",
+                retry_after=max(1, retry),
+            )
+        self._queue.add(items)
+        self._changed.notify()
+
+    def stats(self) -> dict[str, int]:
+        """Texts queued and decoding now; batches and texts decoded so far."""
+        with self._changed:
+            return {
+                "queued": len(self._queue),
+                "decoding": self._busy,
+                "batches": self._batches,
+                "texts": self._texts,
+            }
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Finish what is queued, then end the worker. New work is refused."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify()
+        self._thread.join(timeout)
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                batch = self._wait_for_batch()
+                if batch is None:
+                    return
+                self._busy = len(batch)
+            try:
+                self._run(batch)
+            finally:
+                with self._changed:
+                    self._busy = 0
+                    if batch[0].call is None:
+                        self._batches += 1
+                        self._texts += len(batch)
+
+    def _wait_for_batch(self) -> list[Item] | None:
+        """The next batch (None: stopping and nothing left); holds the lock."""
+        while True:
+            # Stopping, nothing more will join: what waits runs at once.
+            now = math.inf if self._stopping else self._clock()
+            batch, wait = self._queue.next_batch(now)
+            if batch:
+                return batch
+            if wait is None and self._stopping:
+                return None
+            self._changed.wait(wait)
+
+    def _run(self, batch: list[Item]) -> None:
+        start = time.perf_counter()
+        try:
+            if batch[0].call is not None:
+                results = [batch[0].call()]
+            else:
+                results = list(self._run_batch([i.text for i in batch], batch[0].key))
+                if len(results) != len(batch):
+                    raise RuntimeError(
+                        f"The engine returned {len(results)} results for "
+                        f"{len(batch)} texts."
+                    )
+        except Exception as error:  # Only this batch's requests fail.
+            for item in batch:
+                item.request.fail(error)
+            return
+        seconds = (time.perf_counter() - start) / len(batch)
+        self._seconds_per_text = 0.8 * self._seconds_per_text + 0.2 * seconds
+        for item, result in zip(batch, results):
+            item.request.fill(item.index, result)

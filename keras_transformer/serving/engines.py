@@ -1,0 +1,374 @@
+"""The engines `keras-transformer serve` decodes with, interchangeable.
+
+Each takes a batch of texts and one `SearchSettings` and returns every text's
+hypotheses, best first, as (translation, score) pairs:
+
+- `KerasEngine`: the run's model through `Translator` (either backend), one
+  `Translator` per set of settings asked for (a few kept, each compiled
+  once); the only one with attention weights.
+- `CTranslate2Engine`: a CTranslate2 export (given, or made at start-up).
+  CTranslate2 takes its settings per call; its differences from `Translator`
+  are those of the export (`export.ctranslate2.DIFFERENCES`).
+- `SavedModelEngine`: an exported SavedModel (given, or made at start-up),
+  whose search settings were fixed at export: a request asking for others
+  is refused naming the field.
+
+Engines are called from the batcher's one worker thread only.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from keras_transformer.compile import compile_function
+from keras_transformer.decoding import NEG_INF
+from keras_transformer.run_directory import InferenceRun, RunDirectory
+from keras_transformer.search_settings import SearchSettings
+from keras_transformer.serving.protocol import RequestError
+from keras_transformer.setting_fields import flag_name
+from keras_transformer.version import __version__
+
+Hypotheses = list[tuple[str, float]]
+ENGINES = ("keras", "ctranslate2", "savedmodel")
+
+
+class AttentionUnavailable(RuntimeError):
+    """This engine cannot give attention weights."""
+
+
+class Engine:
+    """What the server needs of an engine (see the module docstring)."""
+
+    name = ""
+    has_attention = False
+    score = ""  # What a hypothesis' score is, for /v1/info.
+
+    def __init__(self, tokenizer, settings: SearchSettings):
+        self.tokenizer = tokenizer
+        self.settings = settings  # The defaults of a request.
+
+    def check_settings(self, settings: SearchSettings) -> None:
+        """Raise `RequestError` (422, naming the field) for settings this
+        engine cannot search with."""
+        try:
+            settings.check_vocabulary(self.tokenizer.vocab_size)
+        except ValueError as error:
+            message = str(error).replace("beam_size (--beam-size)", "beam_size")
+            raise RequestError(422, "beam_size", message) from None
+
+    def translate(self, texts: Sequence[str], settings: SearchSettings):
+        """Hypotheses per text, best first; a blank text gets [("", 0.0)]."""
+        raise NotImplementedError
+
+    def attention(self, source: str, translation: str) -> dict[str, Any]:
+        raise AttentionUnavailable(
+            f"Attention weights need --engine keras; this server runs {self.name}."
+        )
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "engine": self.name,
+            "attention": self.has_attention,
+            "score": self.score,
+            "tokenizer": {
+                "kind": self.tokenizer.kind,
+                "vocab_size": self.tokenizer.vocab_size,
+            },
+            "version": __version__,
+        }
+
+    def close(self) -> None:
+        """Release what the engine holds (nothing, unless it says so)."""
+
+
+def real_hypotheses(hypotheses: Hypotheses) -> Hypotheses:
+    """The best, then the others that are real: a search that finished
+    fewer than k hypotheses fills the rest of its pool with about NEG_INF."""
+    return hypotheses[:1] + [h for h in hypotheses[1:] if h[1] > NEG_INF / 2]
+
+
+def _model_info(run: InferenceRun) -> dict[str, Any]:
+    config = run.model.config if run.model is not None else run.run.load_config()
+    return {
+        "run_dir": str(run.run.path),
+        "file": run.model_path.name,
+        "layers": [config.num_encoder_layers, config.num_decoder_layers],
+        "d_model": config.d_model,
+        "heads": config.num_heads,
+        "vocab_size": config.vocab_size,
+    }
+
+
+class KerasEngine(Engine):
+    """The run's model, on the Keras backend this process runs."""
+
+    name = "keras"
+    has_attention = True
+    score = (
+        "beam search: log-probability / ((5 + length) / 6) ** alpha; greedy: "
+        "total log-probability"
+    )
+    kept_translators = 4  # Settings asked for recently, each compiled once.
+
+    def __init__(self, run: InferenceRun, settings: SearchSettings, batch_size: int):
+        super().__init__(run.tokenizer, settings)
+        self.run = run
+        self.batch_size = batch_size
+        self._translators: collections.OrderedDict = collections.OrderedDict()
+        self._translator(settings)  # Refuses bad defaults before serving.
+        model = run.model
+        self._attention_weights = compile_function(
+            lambda s, t: model.attention_weights(s, t)["cross_attention"], model
+        )
+
+    def _translator(self, settings: SearchSettings):
+        from keras_transformer.translator import Translator
+
+        translator = self._translators.pop(settings, None)
+        if translator is None:
+            translator = Translator(
+                self.run.model, self.tokenizer, settings, batch_size=self.batch_size
+            )
+        self._translators[settings] = translator
+        while len(self._translators) > self.kept_translators:
+            self._translators.popitem(last=False)
+        return translator
+
+    def translate(self, texts: Sequence[str], settings: SearchSettings):
+        return self._translator(settings).nbest(texts)
+
+    def attention(self, source: str, translation: str) -> dict[str, Any]:
+        """Cross-attention of every layer and head, teacher-forced on the
+        tokens of `translation`: row i is the step that produced target
+        token i (the last row, the end token).
+
+        Both sides are padded to multiples of 8 and the model runs compiled
+        (eager JAX compiles every op of every new shape: 20 s and more);
+        the masks give padding no weight, and it is cut off again."""
+        from keras_transformer.translator import pad_batch
+
+        tokenizer = self.tokenizer
+        source_ids, target_ids = tokenizer.encode([source, translation])
+        decoder_input = [tokenizer.bos_id, *target_ids]
+        layers = self._attention_weights(
+            pad_batch([source_ids]), pad_batch([decoder_input])
+        )
+        rows, columns = len(decoder_input), len(source_ids)
+        piece = tokenizer.id_to_piece
+        return {
+            "source_tokens": [piece(i) for i in source_ids],
+            "target_tokens": [piece(i) for i in [*target_ids, tokenizer.eos_id]],
+            "cross_attention": [
+                # float64 first: rounded float32 prints as 0.1234000027...
+                np.round(_float64(w)[0, :, :rows, :columns], 4).tolist()
+                for w in layers
+            ],
+        }
+
+    def info(self) -> dict[str, Any]:
+        return {**super().info(), "model": _model_info(self.run)}
+
+
+def _float64(tensor) -> np.ndarray:
+    from keras import ops
+
+    return np.asarray(ops.convert_to_numpy(tensor), np.float64)
+
+
+class CTranslate2Engine(Engine):
+    """A CTranslate2 export directory (`export --format ctranslate2`)."""
+
+    name = "ctranslate2"
+    score = (
+        "CTranslate2's: log-probability / length ** alpha (beam search; "
+        "its length penalty), total log-probability (greedy)"
+    )
+
+    def __init__(self, directory: Path, settings: SearchSettings, threads: int):
+        from keras_transformer.data.tokenizer import load_tokenizer
+        from keras_transformer.optional_imports import require
+
+        ctranslate2 = require("ctranslate2", "serve", "--engine ctranslate2")
+        self.export_info = _export_info(directory, "ctranslate2")
+        super().__init__(load_tokenizer(directory / "tokenizer"), settings)
+        self.directory = directory
+        self.translator = ctranslate2.Translator(
+            str(directory), device="cpu", inter_threads=1, intra_threads=threads
+        )
+        vocab = range(self.tokenizer.vocab_size)
+        self._ids = {self.tokenizer.id_to_piece(i): i for i in vocab}
+        self.check_settings(settings)
+
+    def translate(self, texts: Sequence[str], settings: SearchSettings):
+        encoded = self.tokenizer.encode(list(texts))
+        rows = [i for i, ids in enumerate(encoded) if ids and texts[i].strip()]
+        results: list[Hypotheses] = [[("", 0.0)] for _ in texts]
+        limits = {i: len(encoded[i]) + settings.max_extra_length for i in rows}
+        found = self._search([encoded[i] for i in rows], settings)
+        # CTranslate2 has one length limit per batch, the longest source's:
+        # a sentence that ran past its own is searched again alone with it.
+        again = [i for i, ids in zip(rows, found) if _longest(ids) > limits[i]]
+        for index in again:
+            found[rows.index(index)] = self._search([encoded[index]], settings)[0]
+        for index, hypotheses in zip(rows, found):
+            results[index] = self._hypotheses(hypotheses)
+        return results
+
+    def _search(self, sources: list[list[int]], settings: SearchSettings):
+        """[(ids per hypothesis, scores)] per source, EOS included."""
+        if not sources:
+            return []
+        from keras_transformer.export.ctranslate2 import translate_batch_options
+
+        pieces = [[self.tokenizer.id_to_piece(i) for i in ids] for ids in sources]
+        results = self.translator.translate_batch(
+            pieces,
+            **translate_batch_options(self.tokenizer, settings),
+            num_hypotheses=settings.beam_size,
+            return_scores=True,
+            return_end_token=True,
+            max_decoding_length=max(map(len, pieces)) + settings.max_extra_length,
+        )
+        return [
+            ([[self._ids[p] for p in h] for h in r.hypotheses], list(r.scores))
+            for r in results
+        ]
+
+    def _hypotheses(self, found) -> Hypotheses:
+        ids, scores = found
+        width = max(1, _longest(found))
+        padded = np.zeros((len(ids), width), np.int32)
+        for row, hypothesis in enumerate(ids):
+            padded[row, : len(hypothesis)] = hypothesis
+        strings = self.tokenizer.detokenize(padded)
+        return real_hypotheses(list(zip(strings, map(float, scores))))
+
+    def info(self) -> dict[str, Any]:
+        model = {
+            "export_dir": str(self.directory),
+            "file": self.export_info.get("model"),
+            "quantization": self.export_info.get("quantization"),
+        }
+        return {**super().info(), "model": model}
+
+
+def _longest(found) -> int:
+    return max((len(h) for h in found[0]), default=0)
+
+
+class SavedModelEngine(Engine):
+    """An exported SavedModel; its search settings were fixed at export."""
+
+    name = "savedmodel"
+    score = KerasEngine.score
+
+    def __init__(self, directory: Path, settings: SearchSettings):
+        from keras_transformer.data.tokenizer import load_tokenizer
+        from keras_transformer.export.savedmodel import SavedModelTranslator
+
+        self.model = SavedModelTranslator(directory)
+        tokenizer = load_tokenizer(directory / "assets" / "tokenizer")
+        super().__init__(tokenizer, self.model.settings)
+        self.directory = directory
+        _check_flags(settings, self.model.settings, directory)
+
+    def check_settings(self, settings: SearchSettings) -> None:
+        fixed = self.model.settings
+        for name, value in settings.to_dict().items():
+            if value != getattr(fixed, name):
+                raise RequestError(
+                    422,
+                    name,
+                    f"{name}: this server's SavedModel was exported with {name}="
+                    f"{getattr(fixed, name)!r} and cannot search with {value!r} "
+                    "(its settings are fixed at export). Leave it out, or serve "
+                    "with --engine keras or ctranslate2.",
+                )
+
+    def translate(self, texts: Sequence[str], settings: SearchSettings):
+        found = self.model.nbest(list(texts))
+        return [
+            real_hypotheses(h) if text.strip() else [("", 0.0)]
+            for text, h in zip(texts, found)
+        ]
+
+    def info(self) -> dict[str, Any]:
+        model = {"export_dir": str(self.directory), "file": self.model.info["model"]}
+        return {**super().info(), "model": model}
+
+
+def _check_flags(flags: SearchSettings, fixed: SearchSettings, directory) -> None:
+    """Search flags left at their defaults take the export's settings; one
+    given with another value than the export's cannot be honoured."""
+    default = SearchSettings()
+    for name, value in flags.to_dict().items():
+        if value not in (getattr(default, name), getattr(fixed, name)):
+            raise ValueError(
+                f"{flag_name(name)} {value}: the SavedModel in {directory} was "
+                f"exported with {name}={getattr(fixed, name)!r}, fixed at export. "
+                f"Leave {flag_name(name)} out, or serve with --engine keras or "
+                "ctranslate2."
+            )
+
+
+def _export_info(directory: Path, expected: str) -> dict[str, Any]:
+    path = directory / "export.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: --export-dir {directory} is not an export of "
+            "keras-transformer export."
+        )
+    info = json.loads(path.read_text(encoding="utf-8"))
+    if info.get("format") != expected:
+        raise ValueError(
+            f"--export-dir {directory} holds a {info.get('format')!r} export; "
+            f"--engine {expected} needs --format {expected}."
+        )
+    return info
+
+
+def open_engine(
+    name: str,
+    run_dir: str | os.PathLike,
+    settings: SearchSettings,
+    *,
+    model: str | os.PathLike | None = None,
+    export_dir: str | os.PathLike | None = None,
+    scratch: Path,
+    batch_size: int,
+    threads: int,
+) -> Engine:
+    """The engine `name` for the run in `run_dir`.
+
+    CTranslate2 and SavedModel read `export_dir` when given, else export
+    the run (with `model`, with `settings`) into `scratch` first.
+    """
+    if name not in ENGINES:
+        raise ValueError(f"--engine must be one of {', '.join(ENGINES)}: {name!r}")
+    if name == "keras":
+        if export_dir is not None:
+            raise ValueError("--export-dir is for --engine ctranslate2 or savedmodel.")
+        run = RunDirectory(run_dir).open_for_inference(model)
+        return KerasEngine(run, settings, batch_size)
+    if export_dir is None:
+        export_dir = _export(name, run_dir, settings, model, scratch / name)
+    elif model is not None:
+        raise ValueError("--model and --export-dir both name the weights: pass one.")
+    if name == "ctranslate2":
+        return CTranslate2Engine(Path(export_dir), settings, threads)
+    return SavedModelEngine(Path(export_dir), settings)
+
+
+def _export(name: str, run_dir, settings, model, out: Path) -> Path:
+    from keras_transformer import export
+
+    if name == "ctranslate2":
+        return export.export_ctranslate2(run_dir, out, settings, model=model)
+    return export.export_translator(run_dir, out, settings, model=model)

@@ -1,0 +1,62 @@
+"""`ServeOptions`: the numeric flags of `keras-transformer serve`, checked once.
+
+The flags are made from these fields (`max_wait_ms` is `--max-wait-ms`), as
+`train`'s are from `TrainOptions`. Light to import: the command line reads
+it before Keras starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from keras_transformer.setting_fields import check_setting, setting
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeOptions:
+    """Dynamic batching and the limits of one request.
+
+    The batching defaults were measured with `benchmarks/serving_load.py`
+    on the `small` Multi30k model (docs/benchmarks.md, "HTTP serving").
+    """
+
+    max_batch_size: int = setting(
+        32, "dynamic batching: texts decoded together, at most", minimum=1
+    )
+    max_wait_ms: float = setting(
+        10.0,
+        "dynamic batching: how long the oldest waiting text may wait for "
+        "others to join its batch (0: decode what is waiting at once)",
+        minimum=0.0,
+    )
+    # An accepted request waits at most about max_queue / throughput: at 2x
+    # the capacity, 256 let accepted requests wait 10-14 s, 64 about 2-3.
+    max_queue: int = setting(
+        64, "texts that may wait for a batch; past them, 503 + Retry-After", minimum=1
+    )
+    max_texts: int = setting(64, "texts per /v1/translate request", minimum=1)
+    max_text_chars: int = setting(
+        1000, "characters per text (longer: 413; nothing is truncated)", minimum=1
+    )
+    max_beam_size: int = setting(8, "the widest beam a request may ask for", minimum=1)
+    threads: int = setting(
+        0,
+        "CTranslate2 engine: intra-op threads (0: one per core this process may use)",
+        minimum=0,
+    )
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            check_setting(field, getattr(self, field.name))
+        if self.max_texts > self.max_queue:
+            raise ValueError(
+                f"max_texts (--max-texts) is {self.max_texts}, more than "
+                f"max_queue (--max-queue) {self.max_queue}: such a request could "
+                "never be queued. Raise --max-queue or lower --max-texts."
+            )
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest body a valid request can need: every text at the
+        limit, each character escaped (`\\uXXXX`, 6 bytes), plus the rest."""
+        return self.max_texts * (6 * self.max_text_chars + 8) + 4096

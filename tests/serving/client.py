@@ -1,0 +1,135 @@
+"""A `keras-transformer serve` subprocess on 127.0.0.1 and a plain HTTP
+client for it (http.client: raw bytes, any header, no retries)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from keras_transformer.data.tokenizer import train_tokenizer
+from tests.helpers import make_corpus, no_eos_model
+
+ROOT = Path(__file__).resolve().parents[2]
+_ADDRESS = re.compile(rb"http://127\.0\.0\.1:(\d+)/")
+
+
+def make_run(directory: Path) -> Path:
+    """A run directory with a tiny SentencePiece tokenizer and the untrained
+    model of `no_eos_model`: every output runs to its length limit, so
+    outputs differ from text to text and their length is known. Nor does it
+    emit byte pieces: a byte-fallback newline in an output would split a
+    line of `keras-transformer translate`'s output in two."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(make_corpus(), 300)
+    tokenizer.save(directory / "tokenizer")
+    model = no_eos_model(tokenizer.vocab_size)
+    bias = model.get_layer("output_projection").bias
+    values = np.array(keras.ops.convert_to_numpy(bias))
+    for token_id in range(tokenizer.vocab_size):
+        if tokenizer.id_to_piece(token_id).startswith("<0x"):
+            values[token_id] = -20.0
+    bias.assign(values)
+    model.save(directory / "model.keras")
+    model.config.to_json(directory / "config.json")
+    return directory
+
+
+class Response:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes):
+        self.status = status
+        self.headers = {name.lower(): value for name, value in headers.items()}
+        self.body = body
+
+    def json(self):
+        return json.loads(self.body)
+
+    def error(self) -> tuple[str | None, str]:
+        """(field, message) of an error answer."""
+        detail = self.json()["error"]
+        return detail["field"], detail["message"]
+
+
+class ServerProcess:
+    """`keras-transformer serve ARGS --port 0`, ready once it answers
+    /healthz; its stderr goes to `log` (read it when a test fails)."""
+
+    def __init__(self, args: list[str], log: Path, timeout: float = 600):
+        command = [sys.executable, "-m", "keras_transformer", "serve", *args]
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        self.log = log
+        self._log_file = open(log, "wb")  # Closed in stop().
+        self.process = subprocess.Popen(
+            [*command, "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            env=env,
+        )
+        self.port = self._read_port(timeout)
+
+    def _read_port(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        line = b""
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line and self.process.poll() is not None:
+                break
+            found = _ADDRESS.search(line)
+            if found:
+                return int(found.group(1))
+        self.stop()
+        raise RuntimeError(f"The server did not start: {self.log.read_text()[-3000:]}")
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 300,
+    ) -> Response:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            connection.request(method, path, body=body, headers=headers or {})
+            answer = connection.getresponse()
+            return Response(answer.status, dict(answer.getheaders()), answer.read())
+        finally:
+            connection.close()
+
+    def get(self, path: str) -> Response:
+        return self.request("GET", path)
+
+    def post(self, path: str, data) -> Response:
+        body = json.dumps(data).encode("utf-8")
+        return self.request("POST", path, body, {"Content-Type": "application/json"})
+
+    def translate(self, texts: list[str], **options) -> list[str]:
+        """The best translations, asserting a 200."""
+        answer = self.post("/v1/translate", {"texts": texts, **options})
+        assert answer.status == 200, answer.body
+        return [t["translation"] for t in answer.json()["translations"]]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 300) -> int | None:
+        """Send `sig` and wait for the exit; its status (None: killed)."""
+        status = None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                status = self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        else:
+            status = self.process.returncode
+        self.process.stdout.close()
+        self._log_file.close()
+        return status

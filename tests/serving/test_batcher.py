@@ -1,0 +1,158 @@
+"""Dynamic batching without sockets: `BatchQueue` on explicit times, and
+`Batcher`'s worker thread over a fake engine."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from keras_transformer.serving.batcher import Batcher, BatchQueue, Item, Overloaded
+
+
+def items(key, texts, arrival, request=None):
+    return [Item(key, t, request, i, arrival) for i, t in enumerate(texts)]
+
+
+def test_a_lone_text_waits_max_wait_then_goes():
+    queue = BatchQueue(max_batch_size=4, max_wait=0.010, max_queue=16)
+    queue.add(items("a", ["x"], arrival=1.0))
+    batch, wait = queue.next_batch(now=1.004)
+    assert batch == [] and wait == pytest.approx(0.006)
+    batch, _ = queue.next_batch(now=1.010)
+    assert [i.text for i in batch] == ["x"]
+    assert queue.next_batch(now=2.0) == ([], None)
+
+
+def test_a_full_batch_goes_at_once_and_the_rest_waits_its_turn():
+    queue = BatchQueue(max_batch_size=3, max_wait=1.0, max_queue=16)
+    queue.add(items("a", ["1", "2", "3", "4"], arrival=0.0))
+    batch, _ = queue.next_batch(now=0.0)
+    assert [i.text for i in batch] == ["1", "2", "3"]
+    assert queue.next_batch(now=0.5)[0] == []  # "4" waits for company.
+    assert [i.text for i in queue.next_batch(now=1.0)[0]] == ["4"]
+
+
+def test_other_settings_keep_their_place_for_a_later_batch():
+    queue = BatchQueue(max_batch_size=8, max_wait=0.0, max_queue=16)
+    queue.add(items("beam4", ["a1"], 0.0) + items("beam1", ["b1", "b2"], 0.0))
+    queue.add(items("beam4", ["a2"], 0.1))
+    first, _ = queue.next_batch(now=0.2)
+    second, _ = queue.next_batch(now=0.2)
+    assert [(i.key, i.text) for i in first] == [("beam4", "a1"), ("beam4", "a2")]
+    assert [(i.key, i.text) for i in second] == [("beam1", "b1"), ("beam1", "b2")]
+
+
+def test_a_call_runs_alone_in_its_turn():
+    queue = BatchQueue(max_batch_size=8, max_wait=5.0, max_queue=16)
+    queue.add([Item(None, None, None, 0, 0.0, call=lambda: 1)])
+    queue.add(items("a", ["x"], 0.0))
+    batch, _ = queue.next_batch(now=0.0)
+    assert len(batch) == 1 and batch[0].call is not None
+
+
+def test_the_queue_refuses_what_does_not_fit():
+    queue = BatchQueue(max_batch_size=2, max_wait=0.0, max_queue=3)
+    queue.add(items("a", ["1", "2"], 0.0))
+    with pytest.raises(ValueError, match="2 items do not fit in 1"):
+        queue.add(items("a", ["3", "4"], 0.0))
+    assert len(queue) == 2
+
+
+class EchoEngine:
+    """Translates text t with settings k as f"{k}:{t}"; records batches."""
+
+    def __init__(self, gate: threading.Event | None = None, fail_on=None):
+        self.batches = []
+        self.gate = gate
+        self.fail_on = fail_on
+
+    def __call__(self, texts, key):
+        if self.gate is not None:
+            self.gate.wait(10)
+        self.batches.append((key, list(texts)))
+        if self.fail_on in texts:
+            raise RuntimeError(f"cannot translate {self.fail_on}")
+        return [f"{key}:{t}" for t in texts]
+
+
+def test_concurrent_callers_get_their_own_answers_in_their_order():
+    engine = EchoEngine()
+    batcher = Batcher(engine, max_batch_size=5, max_wait_ms=2, max_queue=1000)
+    answers = {}
+
+    def caller(number):
+        rng = random.Random(number)
+        futures = []
+        for request in range(10):
+            key = rng.choice(["beam1", "beam4"])
+            texts = [f"{number}.{request}.{i}" for i in range(rng.randint(1, 7))]
+            futures.append((key, texts, batcher.submit(texts, key)))
+        answers[number] = [(k, t, f.result(10)) for k, t, f in futures]
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    batcher.stop()
+    for number in range(8):
+        for key, texts, result in answers[number]:
+            assert result == [f"{key}:{t}" for t in texts]
+    assert all(len(texts) <= 5 for _, texts in engine.batches)
+    assert all(len({t for t in texts}) == len(texts) for _, texts in engine.batches)
+    # Requests were merged: fewer batches than requests.
+    assert len(engine.batches) < 80
+    stats = batcher.stats()
+    assert stats["batches"] == len(engine.batches)
+    assert stats["texts"] == sum(len(texts) for _, texts in engine.batches)
+
+
+def test_a_failing_batch_fails_only_its_requests():
+    engine = EchoEngine(fail_on="bad")
+    batcher = Batcher(engine, max_batch_size=1, max_wait_ms=0, max_queue=10)
+    bad = batcher.submit(["bad"], "k")
+    good = batcher.submit(["good"], "k")
+    with pytest.raises(RuntimeError, match="cannot translate bad"):
+        bad.result(10)
+    assert good.result(10) == ["k:good"]
+    batcher.stop()
+
+
+def test_a_full_queue_refuses_with_a_retry_after_and_keeps_what_it_has():
+    gate = threading.Event()
+    batcher = Batcher(EchoEngine(gate), max_batch_size=2, max_wait_ms=0, max_queue=4)
+    first = batcher.submit(["a", "b"], "k")  # Taken by the worker, held.
+    deadline = time.monotonic() + 10
+    while batcher.stats()["decoding"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    queued = batcher.submit(["c", "d", "e", "f"], "k")
+    with pytest.raises(Overloaded) as refused:
+        batcher.submit(["g"], "k")
+    assert refused.value.retry_after >= 1
+    assert "4 of 4 texts waiting" in str(refused.value)
+    gate.set()
+    assert first.result(10) == ["k:a", "k:b"]
+    assert queued.result(10) == ["k:c", "k:d", "k:e", "k:f"]
+    batcher.stop()
+
+
+def test_stop_finishes_what_is_queued_then_refuses():
+    gate = threading.Event()
+    batcher = Batcher(EchoEngine(gate), max_batch_size=1, max_wait_ms=0, max_queue=9)
+    futures = [batcher.submit([str(i)], "k") for i in range(3)]
+    stopper = threading.Thread(target=batcher.stop)
+    stopper.start()
+    gate.set()
+    stopper.join(10)
+    assert [f.result(0) for f in futures] == [["k:0"], ["k:1"], ["k:2"]]
+    with pytest.raises(Overloaded, match="shutting down"):
+        batcher.submit(["late"], "k")
+
+
+def test_submit_call_answers_with_the_calls_result():
+    batcher = Batcher(EchoEngine(), max_batch_size=4, max_wait_ms=0, max_queue=4)
+    assert batcher.submit_call(lambda: {"weights": 1}).result(10) == {"weights": 1}
+    batcher.stop()

@@ -1,0 +1,74 @@
+"""The engines without a server: the SavedModel engine (its settings fixed
+at export) against the Keras engine on the same run."""
+
+from __future__ import annotations
+
+import pytest
+
+from keras_transformer.search_settings import SearchSettings
+from keras_transformer.serving.engines import open_engine
+from keras_transformer.serving.protocol import RequestError
+from tests.serving.client import make_run
+
+pytestmark = pytest.mark.slow
+
+TEXTS = ["the dog sleeps.", "", "the old man likes the garden near the river."]
+SETTINGS = SearchSettings(beam_size=2, max_extra_length=4)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("engines") / "run")
+
+
+def engine(name, run_dir, tmp_path, settings=SETTINGS, **kwargs):
+    return open_engine(
+        name,
+        run_dir,
+        settings,
+        scratch=tmp_path,
+        batch_size=4,
+        threads=1,
+        **kwargs,
+    )
+
+
+def test_savedmodel_engine_translates_as_the_keras_engine(run_dir, tmp_path):
+    pytest.importorskip("tensorflow_text")
+    saved = engine("savedmodel", run_dir, tmp_path)  # Exported at start-up.
+    keras_engine = engine("keras", run_dir, tmp_path / "k")
+    ours = keras_engine.translate(TEXTS, SETTINGS)
+    theirs = saved.translate(TEXTS, SETTINGS)
+    assert [h[0][0] for h in theirs] == [h[0][0] for h in ours]
+    assert [len(h) for h in theirs] == [2, 1, 2]
+    assert theirs[1] == [("", 0.0)]
+    assert saved.info()["engine"] == "savedmodel" and not saved.has_attention
+    with pytest.raises(RequestError) as caught:
+        saved.check_settings(SETTINGS.replace(beam_size=3))
+    assert caught.value.field == "beam_size"
+    assert "exported with beam_size=2" in caught.value.message
+    saved.check_settings(SETTINGS)
+    # The export again, from --export-dir: flags left at their defaults
+    # take its settings; one that disagrees is refused before serving.
+    directory = tmp_path / "savedmodel"
+    again = engine(
+        "savedmodel", run_dir, tmp_path, SearchSettings(), export_dir=directory
+    )
+    assert again.settings == SETTINGS
+    with pytest.raises(ValueError, match="--alpha 0.3: .* exported with alpha=0.6"):
+        engine(
+            "savedmodel",
+            run_dir,
+            tmp_path,
+            SearchSettings(alpha=0.3),
+            export_dir=directory,
+        )
+
+
+def test_an_export_dir_of_the_wrong_format_is_refused(run_dir, tmp_path):
+    (tmp_path / "ct2").mkdir()
+    (tmp_path / "ct2" / "export.json").write_text('{"format": "savedmodel"}')
+    with pytest.raises(ValueError, match="holds a 'savedmodel' export"):
+        engine("ctranslate2", run_dir, tmp_path, export_dir=tmp_path / "ct2")
+    with pytest.raises(FileNotFoundError, match="is not an export"):
+        engine("ctranslate2", run_dir, tmp_path, export_dir=tmp_path)

@@ -1,0 +1,161 @@
+"""Every bad request's answer, without a server: the body's bytes, the
+fields' types, the limits, the search settings; and the serve command's own
+refusals (before anything loads)."""
+
+from __future__ import annotations
+
+import pytest
+
+from keras_transformer.cli import main
+from keras_transformer.search_settings import SearchSettings
+from keras_transformer.serving import protocol
+from keras_transformer.serving.options import ServeOptions
+from keras_transformer.serving.protocol import RequestError, TranslateRequest
+from keras_transformer.serving.server import check_host
+
+LIMITS = ServeOptions(max_texts=4, max_text_chars=20, max_beam_size=6, max_queue=8)
+
+
+def refused(function, *args, **kwargs):
+    with pytest.raises(RequestError) as caught:
+        function(*args, **kwargs)
+    return caught.value.status, caught.value.field, caught.value.message
+
+
+def job(**body):
+    request = protocol.validate(TranslateRequest, body)
+    return protocol.translate_job(request, SearchSettings(), LIMITS)
+
+
+def test_invalid_utf8_names_the_byte_and_its_offset():
+    status, field, message = refused(protocol.parse_body, b'{"texts": ["a\xff"]}')
+    assert (status, field) == (400, "body")
+    assert "not valid UTF-8: byte b'\\xff' at offset 13" in message
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (b'{"texts": ["a"]', "Expecting ',' delimiter at line 1 column 16"),
+        (b"", "Expecting value at line 1 column 1"),
+        (b'{"texts": ["a"], "alpha": NaN}', "NaN is not a number"),
+    ],
+)
+def test_invalid_json_says_where(body, expected):
+    status, field, message = refused(protocol.parse_body, body)
+    assert (status, field) == (400, "body")
+    assert expected in message
+
+
+@pytest.mark.parametrize(
+    "body, field, expected",
+    [
+        ([1], "body", "must be a JSON object"),
+        ({}, "texts", "texts is required"),
+        ({"texts": "a dog"}, "texts", 'valid list. Received: "a dog"'),
+        ({"texts": ["a", 5]}, "texts[1]", "valid string. Received: 5"),
+        ({"texts": ["a"], "beam_size": "4"}, "beam_size", "valid integer"),
+        ({"texts": ["a"], "beam_size": 4.0}, "beam_size", "valid integer"),
+        ({"texts": ["a"], "beam_size": True}, "beam_size", "valid integer"),
+        ({"texts": ["a"], "alpha": "0.6"}, "alpha", "valid number"),
+        ({"texts": ["a"], "beam": 2}, "beam", "Fields: texts, beam_size, n_best"),
+    ],
+)
+def test_wrong_types_and_fields_are_named(body, field, expected):
+    status, named, message = refused(protocol.validate, TranslateRequest, body)
+    assert (status, named) == (422, field)
+    assert expected in message
+
+
+def test_an_empty_batch_is_refused():
+    assert refused(job, texts=[])[:2] == (422, "texts")
+
+
+def test_too_many_texts_is_413_with_the_limit():
+    status, field, message = refused(job, texts=["a"] * 5)
+    assert (status, field) == (413, "texts")
+    assert "holds 5 texts; the limit is 4 per request (--max-texts)" in message
+
+
+def test_a_text_too_long_is_413_with_the_limit_and_nothing_truncated():
+    status, field, message = refused(job, texts=["ok", "x" * 21])
+    assert (status, field) == (413, "texts[1]")
+    assert "has 21 characters; the limit is 20 (--max-text-chars)" in message
+    assert job(texts=["x" * 20]).texts == ["x" * 20]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("a\ud800b", "lone surrogate U+D800 at character 1"), ("a\0", "NUL character")],
+)
+def test_text_no_tokenizer_can_take_is_refused(text, expected):
+    status, field, message = refused(job, texts=[text])
+    assert (status, field) == (422, "texts[0]")
+    assert expected in message
+
+
+@pytest.mark.parametrize(
+    "options, field, expected",
+    [
+        ({"beam_size": 0}, "beam_size", "between 1 and 6 (this server's --max-beam"),
+        ({"beam_size": 7}, "beam_size", "Received: 7"),
+        ({"alpha": -0.5}, "alpha", "alpha must be >= 0.0. Received: -0.5"),
+        ({"alpha": float("inf")}, "alpha", "must be a finite number"),
+        ({"n_best": 5}, "n_best", "between 1 and the beam size (4). Received: 5"),
+        ({"beam_size": 2, "n_best": 0}, "n_best", "beam size (2). Received: 0"),
+    ],
+)
+def test_search_options_are_range_checked(options, field, expected):
+    status, named, message = refused(job, texts=["a"], **options)
+    assert (status, named) == (422, field)
+    assert expected in message
+    assert "--alpha" not in message  # A request has fields, not flags.
+
+
+def test_a_valid_request_gets_the_servers_settings_with_its_changes():
+    made = job(texts=["a", ""], beam_size=2, alpha=0)
+    assert made.settings == SearchSettings(beam_size=2, alpha=0.0)
+    assert made.n_best == 2
+    assert job(texts=["a"], beam_size=3, n_best=1).n_best == 1
+
+
+def test_the_body_limit_fits_the_largest_valid_request():
+    import json
+
+    largest = {"texts": ["\u00e9" * 20] * 4, "beam_size": 6, "alpha": 0.25}
+    body = json.dumps(largest).encode()  # ensure_ascii: \u00e9, 6 bytes each.
+    assert len(body) <= LIMITS.max_body_bytes
+
+
+def test_serve_options_refuse_a_request_that_could_never_be_queued():
+    with pytest.raises(ValueError, match="max_texts .* more than max_queue"):
+        ServeOptions(max_texts=10, max_queue=5)
+    with pytest.raises(ValueError, match=r"max_batch_size \(--max-batch-size\)"):
+        ServeOptions(max_batch_size=0)
+
+
+def test_other_addresses_than_loopback_need_allow_remote():
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        check_host(host, allow_remote=False)
+    with pytest.raises(ValueError, match="not a loopback address.*--allow-remote"):
+        check_host("0.0.0.0", allow_remote=False)
+    check_host("0.0.0.0", allow_remote=True)
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--host", "0.0.0.0"], "--allow-remote"),
+        (["--max-texts", "300"], "more than max_queue"),
+        (["--engine", "keras", "--export-dir", "x"], "--export-dir is for --engine"),
+        (["--beam-size", "0"], "must be >= 1"),
+    ],
+)
+def test_serve_refuses_bad_flags_before_loading(tmp_path, capsys, argv, expected):
+    status = None
+    try:
+        status = main(["serve", "--run-dir", str(tmp_path), *argv])
+    except SystemExit as exit_:  # argparse's own range checks
+        status = exit_.code
+    assert status == 2
+    assert expected in capsys.readouterr().err

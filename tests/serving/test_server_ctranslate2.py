@@ -1,0 +1,90 @@
+"""`keras-transformer serve --engine ctranslate2` as a real server on
+127.0.0.1, exporting the run at start-up (one process for the module)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.serving.client import ServerProcess, make_run
+from tests.serving.test_server_keras import chunks, cli_translate
+
+pytest.importorskip("ctranslate2")
+pytestmark = pytest.mark.slow
+
+EXTRA = 4
+SENTENCES = [
+    "the dog sleeps.",
+    "the old man likes the garden near the river.",
+    "water.",
+    "",
+    "a child reads a book.",
+    "the man sees the dog and the child.",
+    "a river.",
+    "the garden is old and the water is cold.",
+    "Café 日本 😀",
+    "the child likes water.",
+    "a dog and a man read.",
+    "the old river.",
+]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("serve-ct2") / "run")
+
+
+@pytest.fixture(scope="module")
+def server(run_dir, tmp_path_factory):
+    log = tmp_path_factory.mktemp("logs") / "server.log"
+    args = ["--run-dir", str(run_dir), "--engine", "ctranslate2", "--beam-size", "1"]
+    args += ["--max-extra-length", str(EXTRA), "--max-batch-size", "4"]
+    process = ServerProcess(args, log)
+    yield process
+    assert process.stop() == 0
+
+
+def test_info_names_the_engine_and_attention_is_refused(server):
+    info = server.get("/v1/info").json()
+    assert info["engine"] == "ctranslate2" and info["attention"] is False
+    assert info["settings"]["beam_size"] == 1
+    assert info["model"]["quantization"] == "float32"
+    answer = server.post("/v1/attention", {"source": "a dog.", "translation": "x"})
+    assert answer.status == 501
+    assert "need --engine keras; this server runs ctranslate2" in answer.error()[1]
+
+
+def test_concurrent_clients_get_what_translate_prints(
+    server, run_dir, tmp_path, capsys
+):
+    """Greedy search, where CTranslate2 equals `Translator` token for token
+    (its beam search normalises differently: see the export's notes). The
+    sources differ in length, so each batch's single length limit is not
+    each sentence's: the ones that ran past theirs are searched again."""
+    expected = cli_translate(run_dir, SENTENCES, tmp_path, capsys, "--beam-size", "1")
+    assert len(set(expected)) > len(SENTENCES) // 2  # Outputs differ.
+    got = [None] * len(SENTENCES)
+    clients = 4
+
+    def client(number):
+        for chunk in chunks(list(range(number, len(SENTENCES), clients))):
+            texts = [SENTENCES[i] for i in chunk]
+            for index, text in zip(chunk, server.translate(texts)):
+                got[index] = text
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert got == expected
+
+
+def test_beam_search_gives_the_n_best_with_scores(server):
+    answer = server.post("/v1/translate", {"texts": SENTENCES[:3], "beam_size": 3})
+    assert answer.status == 200
+    for result in answer.json()["translations"]:
+        scores = [h["score"] for h in result["n_best"]]
+        assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+        assert result["translation"] == result["n_best"][0]["translation"]
