@@ -1,13 +1,16 @@
-"""A model saved under one backend gives the same logits, and a trained one
-the same translations, under every other.
+"""A model saved under one backend gives the same logits, the same training
+steps and, trained, the same translations under every other.
 
 One worker subprocess per installed backend (the backend is fixed when Keras
 is imported), all at the same time: each builds a seeded tiny model, saves
-it with fixed inputs and its logits, trains a second one briefly on a toy
-task and saves it, then waits for every other worker's files and, for every
-model (its own included), computes the logits on that model's inputs and
-decodes fixed sources greedily and with beam 4 (all four hypotheses). The
-test compares what each backend computed for each model. It does the same
+it with fixed inputs, saves a second one without dropout, trains a third one
+briefly on a toy task and saves it, then waits for every other worker's
+files and, for every model (its own included), computes the logits on that
+model's inputs, trains the dropout-free one a few steps exactly as `train`
+compiles it (the warmup schedule, the label-smoothed loss, token weights),
+and decodes fixed sources greedily and with beam 4 (all four hypotheses)
+with the trained one. The test compares what each backend computed for each
+model. It does the same
 work whichever backend the pytest session itself uses, so scripts/test.sh
 runs it in one suite (tests/conftest.py, BACKEND_NEUTRAL).
 """
@@ -40,8 +43,9 @@ WORKER = textwrap.dedent(
     import keras
     import numpy as np
 
-    from keras_transformer import TransformerConfig, build_transformer
+    from keras_transformer import TransformerConfig, build_transformer, training
     from keras_transformer.config import BOS_ID, EOS_ID
+    from keras_transformer.data.pipeline import token_weights
     from keras_transformer.generate import SequenceGenerator
 
     folder, backend, others = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -94,6 +98,7 @@ WORKER = textwrap.dedent(
     np.save(f"{folder}/{backend}_source.npy", source)
     np.save(f"{folder}/{backend}_target.npy", target)
     save(model, f"{backend}_initial")
+    save(build_transformer(config(dropout_rate=0.0)), f"{backend}_fresh")
 
     trained = build_transformer(config(dropout_rate=0.0))
     trained.compile(optimizer=keras.optimizers.Adam(5e-3),
@@ -112,7 +117,24 @@ WORKER = textwrap.dedent(
     sources = np.random.default_rng(11).integers(4, VOCAB, size=(6, 6))
     sources[3:, 4:] = 0  # Shorter sentences too.
     sources = sources.astype("int32")
+    steps = [toy_batch(np.random.default_rng(step)) for step in range(4)]
     for owner in (backend, *others):
+        fresh = keras.saving.load_model(f"{folder}/{owner}_fresh.keras")
+        training.compile_model(fresh, fresh.config, training.TrainOptions())
+        before = [keras.ops.convert_to_numpy(w).ravel() for w in fresh.weights]
+        losses = []
+        for inputs, labels in steps:
+            weights = token_weights(labels, int((labels > 0).sum()))
+            logs = fresh.train_on_batch(
+                inputs, labels, sample_weight=weights, return_dict=True
+            )
+            losses.append(float(logs["loss"]))
+        np.save(f"{folder}/{owner}_losses_in_{backend}.npy", np.array(losses))
+        after = [keras.ops.convert_to_numpy(w).ravel() for w in fresh.weights]
+        np.save(
+            f"{folder}/{owner}_weights_in_{backend}.npy",
+            np.stack([np.concatenate(before), np.concatenate(after)]),
+        )
         loaded = keras.saving.load_model(f"{folder}/{owner}_initial.keras")
         inputs = [np.load(f"{folder}/{owner}_{n}.npy") for n in ("source", "target")]
         np.save(f"{folder}/{owner}_logits_in_{backend}.npy", logits(loaded, *inputs))
@@ -184,6 +206,23 @@ def test_saved_models_give_the_same_logits_on_every_backend(
     assert np.all(np.isfinite(expected))
     assert np.std(expected) > 1e-3  # A real model, not a constant.
     np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(("saved_by", "trained_by"), PAIRS)
+def test_training_steps_are_the_same_on_every_backend(results, saved_by, trained_by):
+    """Four updates of the same weights on the same batches, dropout off:
+    the same per-token losses and the same weights after them."""
+    expected = np.load(results / f"{saved_by}_losses_in_{saved_by}.npy")
+    actual = np.load(results / f"{saved_by}_losses_in_{trained_by}.npy")
+    assert expected.shape == (4,) and np.all(np.isfinite(expected))
+    assert len(set(expected.round(4))) == 4  # Four different batches.
+    np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=0)
+    weights = f"{saved_by}_weights_in_"
+    expected = np.load(results / f"{weights}{saved_by}.npy")
+    assert np.abs(expected[1] - expected[0]).max() > 1e-4  # The updates moved it.
+    np.testing.assert_allclose(
+        np.load(results / f"{weights}{trained_by}.npy"), expected, atol=1e-5, rtol=0
+    )
 
 
 @pytest.mark.parametrize(("trained_by", "decoded_by"), PAIRS)
