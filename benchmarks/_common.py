@@ -58,7 +58,8 @@ def best_matmul_flops(shapes, dtype: str = "float32", repeats: int = 3) -> float
 
     `shapes` are (m, k, n) triples. Each is timed through every compiler
     the backend trains with (XLA; on TensorFlow also plain `tf.function`,
-    its default on CPU), 10 products per timing, best of `repeats`.
+    its default on CPU; torch's eager matmul, what its `fit` runs), 10
+    products per timing, best of `repeats`.
     """
     import keras
 
@@ -66,6 +67,8 @@ def best_matmul_flops(shapes, dtype: str = "float32", repeats: int = 3) -> float
         import tensorflow as tf
 
         compiled = [tf.function(tf.matmul), tf.function(tf.matmul, jit_compile=True)]
+    elif keras.backend.backend() == "torch":
+        compiled = [keras.ops.matmul]
     else:
         import jax
 

@@ -4,10 +4,11 @@ For each backend, in its own process: the whole test set translated by the
 compiled `Translator` (batches of `--batch-size`), greedy and beam 4, each
 two ways: dropping the sentences that are done from the batch between
 segments of the search (the default), and running every batch as one
-program until its last sentence is done; and CTranslate2 on the same
-weights, the yardstick for CPU decoding. The first pass compiles every
-shape and is reported on its own; then the contenders take turns over
-`--rounds` timing windows. It prints sentences
+program until its last sentence is done; on torch also compiled with
+`torch.compile` (`KERAS_TRANSFORMER_TORCH_COMPILE=1`; the default there is
+eager); and CTranslate2 on the same weights, the yardstick for CPU
+decoding. The first pass compiles every shape and is reported on its own;
+then the contenders take turns over `--rounds` timing windows. It prints sentences
 per second, seconds for the whole set (median window) and sacreBLEU. Then the
 CLI's time from start to its first translation (`keras-transformer translate`,
 one sentence on stdin, beam 4), with an empty and then a warm compilation
@@ -58,6 +59,10 @@ def child(run_dir: str, multi30k: str, batch_size: int, rounds: int) -> dict:
                 batch_size=batch_size,
                 drop_finished=drop,
             )
+        if keras.backend.backend() == "torch":
+            contenders[f"{name} / drop finished, torch.compile"] = torch_compiled(
+                model, tokenizer, beam_size=beam, batch_size=batch_size
+            )
         if beam > 1:
             contenders[f"{name} / drop finished, early stopping"] = Translator(
                 model, tokenizer, beam_size=beam, batch_size=batch_size,
@@ -85,6 +90,18 @@ def child(run_dir: str, multi30k: str, batch_size: int, rounds: int) -> dict:
         "sentences": len(test.source),
         "searches": results,
     }
+
+
+def torch_compiled(model, tokenizer, **settings):
+    """A `Translator` whose search runs through torch.compile."""
+    from keras_transformer.compile import TORCH_COMPILE_ENV
+    from keras_transformer.translator import Translator
+
+    os.environ[TORCH_COMPILE_ENV] = "1"
+    try:
+        return Translator(model, tokenizer, **settings)
+    finally:
+        del os.environ[TORCH_COMPILE_ENV]
 
 
 def ctranslate2_translate(run_dir: str, beam_size: int, batch_size: int, tokenizer):
@@ -161,7 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, help="a trained run directory")
     parser.add_argument("--multi30k", required=True, help="Multi30k directory")
-    parser.add_argument("--backends", default="tensorflow,jax")
+    parser.add_argument("--backends", default="tensorflow,jax,torch")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--write", action="store_true", help="update the docs")

@@ -67,6 +67,12 @@ def unused_gpus_warning() -> str | None:
     backend = keras.backend.backend()
     extra = CUDA_EXTRAS.get(backend)
     fix = f" Install the CUDA build: {install_command(extra)}" if extra else ""
+    if backend == "torch":  # The extra's pin is met by a CPU wheel too.
+        fix = (
+            " Install a CUDA build of torch 2.13.0: pip install --force-reinstall "
+            f"torch==2.13.0 (PyPI's Linux wheel is one; {install_command(extra)} "
+            "keeps a CPU build that is already there)."
+        )
     return (
         f"warning: nvidia-smi lists {len(listed)} GPU(s) ({listed[0]}"
         f"{', ...' if len(listed) > 1 else ''}) but the {backend} backend sees "

@@ -7,7 +7,9 @@ A checkpoint is two files in the run's `checkpoints/` directory:
   by `translate`, `evaluate`, `average` and `export`;
 - `ckpt-00000500.json`: what Keras does not save, written after the model
   file: the step, the run it belongs to, the data position (the next batch
-  to feed), the dropout seed-generator states, the running sums of the
+  to feed), the dropout seed-generator states (on torch also the process's
+  random generators, which Keras's torch dropout draws from; see
+  `random_state`), the running sums of the
   epoch's training metrics (so a run resumed mid-epoch reports the whole
   epoch), and the model file's size and SHA-256.
 
@@ -24,6 +26,7 @@ Checkpoints are ordered by the step recorded in them and belong to one run
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import errno
 import hashlib
@@ -62,6 +65,8 @@ class Checkpoint:
     sha256: str
     # `model.metrics_variables` values; None when not saved inside an epoch.
     metric_states: list[list[float]] | None = None
+    # The backend's process-wide random state (`random_state`), or None.
+    random_state: dict[str, list[str]] | None = None
 
     @property
     def metadata_path(self) -> Path:
@@ -80,6 +85,46 @@ def _seed_state_variables(model: keras.Model) -> list:
     """The variables Keras keeps but does not save: dropout seed states."""
     weights = {id(v) for v in model.weights}
     return [v for v in model.variables if id(v) not in weights]
+
+
+def random_state() -> dict[str, list[str]] | None:
+    """The backend's process-wide random generators, where dropout draws
+    from them: on torch, Keras's dropout without an explicit seed (every
+    layer here) uses torch's global generators, not the layer's seed
+    generator, so an exact resume needs their state. None on TensorFlow
+    and JAX, whose dropout draws from the seed-generator variables alone.
+
+    Returns {"torch_cpu": [base64 state], "torch_cuda": [one per GPU]}.
+    """
+    if keras.backend.backend() != "torch":
+        return None
+    import torch  # noqa: TID251 - torch's own generators, torch backend only
+
+    def encode(state) -> str:
+        return base64.b64encode(state.numpy().tobytes()).decode("ascii")
+
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return {
+        "torch_cpu": [encode(torch.get_rng_state())],
+        "torch_cuda": [encode(state) for state in cuda],
+    }
+
+
+def restore_random_state(checkpoint: Checkpoint) -> None:
+    """Put back the random generators `random_state` saved with
+    `checkpoint` (nothing where it saved none, or on another backend)."""
+    saved = checkpoint.random_state
+    if not saved or keras.backend.backend() != "torch":
+        return
+    import torch  # noqa: TID251 - torch's own generators, torch backend only
+
+    def decode(text: str):
+        return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
+
+    torch.set_rng_state(decode(saved["torch_cpu"][0]))
+    cuda = saved.get("torch_cuda", [])
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([decode(state) for state in cuda])
 
 
 def _iterations(model: keras.Model) -> int:
@@ -185,6 +230,7 @@ def _write_metadata(
         size=path.stat().st_size,
         sha256=_sha256(path),
         metric_states=metrics,
+        random_state=random_state(),
     )
     record = dataclasses.asdict(checkpoint)
     record["path"] = path.name
@@ -208,6 +254,7 @@ def _read_metadata(path: Path) -> Checkpoint:
             sha256=str(record["sha256"]),
             # Absent from checkpoints written before it was recorded.
             metric_states=record.get("metric_states"),
+            random_state=record.get("random_state"),
         )
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{path}: unreadable checkpoint metadata ({error})") from None
@@ -281,6 +328,7 @@ def restore_checkpoint(model: keras.Model, checkpoint: Checkpoint) -> None:
         )
     for variable, state in zip(variables, checkpoint.seed_states):
         variable.assign(np.asarray(state).astype(variable.dtype))
+    restore_random_state(checkpoint)
 
 
 def restore_latest(

@@ -5,6 +5,9 @@ knows how each backend compiles it: `tf.function(jit_compile=True)` (XLA) on
 TensorFlow, `jax.jit` on JAX with the model's variables passed in as
 arguments (a Keras `StatelessScope` maps them back onto the layers), so the
 weights are inputs of the compiled program rather than baked-in constants.
+On torch the function runs eagerly under `torch.no_grad()` (inference
+records no autograd graph) by default: `torch.compile` (Keras's `jit_compile`
+on torch) measured slower to the end of a search (`TORCH_COMPILE_ENV`).
 Other backends run the function as it is.
 """
 
@@ -25,6 +28,12 @@ from keras_transformer._user_cache import user_cache_root
 
 # Programs that took less than this to compile are not worth a disk read.
 _CACHE_MIN_COMPILE_SECONDS = 0.5
+# "1": compile the search with torch.compile on the torch backend instead of
+# running it eagerly (docs/benchmarks.md, "Decoding on torch": Keras's torch
+# while_loop is a Python loop whose condition is read on the host every
+# step, so torch.compile can compile only the loop's body, one graph per
+# shape, and still pays Python and Keras's layer calls around it).
+TORCH_COMPILE_ENV = "KERAS_TRANSFORMER_TORCH_COMPILE"
 
 
 def compile_function(fn: Callable, model: keras.Model) -> Callable:
@@ -55,7 +64,22 @@ def compile_function(fn: Callable, model: keras.Model) -> Callable:
 
         compiled = jax.jit(stateless)
         return lambda *args: compiled([v.value for v in variables], *args)
+    if backend == "torch":
+        return _torch_function(fn, os.environ.get(TORCH_COMPILE_ENV) == "1")
     return fn
+
+
+def _torch_function(fn: Callable, compiled: bool) -> Callable:
+    """`fn` without autograd (a search never needs gradients, and every
+    eager step would otherwise record a graph over the weights), through
+    `torch.compile` if `compiled`."""
+    import torch  # noqa: TID251 - the torch compiler itself
+
+    def inference(*args):
+        with torch.no_grad():
+            return fn(*args)
+
+    return torch.compile(inference) if compiled else inference
 
 
 def enable_compilation_cache(

@@ -1,4 +1,4 @@
-"""Data-parallel training on either backend, chosen by one word.
+"""Data-parallel training on TensorFlow and JAX, chosen by one word.
 
 `setup_distribution(mode)` returns a `DistributionPlan`: where the model is
 built (`plan.scope()`), how many replicas share each batch, and which share
@@ -17,6 +17,9 @@ of every global batch this process feeds.
 - `auto`: `multiworker` if `TF_CONFIG` is set (TensorFlow) or
   `KERAS_DISTRIBUTION_NUM_PROCESSES` > 1 (JAX); else `mirrored` with more
   than one device; else `none`.
+
+On torch only `none` (and `auto`, which is then `none`) exists:
+`TORCH_UNSUPPORTED` says why.
 
 Every process generates its own rows of each global batch (`shard_index` of
 `num_shards`, see `BucketedBatches`), and the loss's token weights are
@@ -38,6 +41,26 @@ import keras
 
 from keras_transformer.accelerators import check_mirrored_devices, warn_if_gpus_unused
 from keras_transformer.options import DISTRIBUTE_MODES as MODES
+
+# Why --distribute mirrored|multiworker is refused on torch. Keras 3.15 has
+# no data-parallel route for torch inside `fit`: `keras.distribution` has no
+# torch implementation (keras/src/backend/__init__.py sets
+# distribution_lib = None for torch), and the torch trainer's `train_step`
+# hands each process's own gradients straight to `optimizer.apply` (no
+# cross-replica reduction, no strategy scope, steps_per_execution 1 only).
+# Data parallelism would mean replacing Keras's private train step or
+# optimizer in every process.
+TORCH_UNSUPPORTED = (
+    "--distribute {mode} is not available on the torch backend: Keras 3.15 "
+    "has no data-parallel training for torch inside model.fit "
+    "(keras.distribution covers JAX, tf.distribute TensorFlow, and the torch "
+    "trainer applies each process's gradients without reducing them across "
+    "devices). On torch, train on one device: --distribute auto or none (one "
+    "GPU where the CUDA build of torch sees one). For several devices or "
+    "machines use KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow; a run's "
+    'checkpoints load on every backend (README, "Several devices and '
+    'machines").'
+)
 
 
 @dataclasses.dataclass
@@ -138,7 +161,14 @@ def simulate_cpu_devices(count: int) -> None:
     """
     if count < 1:
         raise ValueError(f"--cpu-devices must be >= 1. Received: {count}")
-    if keras.backend.backend() == "jax":
+    backend = keras.backend.backend()
+    if backend not in ("jax", "tensorflow"):
+        raise ValueError(
+            f"--cpu-devices {count}: the {backend} backend cannot split the CPU "
+            "into devices, and trains on one device (see --distribute). Leave "
+            "--cpu-devices out, or use KERAS_BACKEND=jax or tensorflow."
+        )
+    if backend == "jax":
         flags = re.sub(
             r"--xla_force_host_platform_device_count=\d+",
             "",
@@ -159,7 +189,7 @@ def simulate_cpu_devices(count: int) -> None:
                 f"{jax.local_device_count('cpu')} CPU device(s); set XLA_FLAGS="
                 f"{flag} before the first JAX computation."
             )
-    elif keras.backend.backend() == "tensorflow":
+    else:
         import tensorflow as tf
 
         cpu = tf.config.list_physical_devices("CPU")[0]
@@ -188,7 +218,10 @@ def setup_distribution(mode: str = "auto") -> DistributionPlan:
         warn_if_gpus_unused()  # A CPU build on a GPU machine says nothing.
         return plan
     if mode in ("auto", "none"):
+        warn_if_gpus_unused()
         return DistributionPlan("none")
+    if backend == "torch":
+        raise ValueError(TORCH_UNSUPPORTED.format(mode=mode))
     raise ValueError(f"--distribute {mode} needs the TensorFlow or JAX backend.")
 
 

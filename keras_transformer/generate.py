@@ -305,11 +305,13 @@ def _keep_rows(carry, active, rows, size: int):
 
     def gather(tensor):
         array = ops.convert_to_numpy(tensor)
-        if array.ndim == 0:
-            return array
-        per_row = array.shape[0] // count  # 1, or k beams per sentence.
-        array = array.reshape(count, per_row, *array.shape[1:])[index]
-        return array.reshape(size * per_row, *array.shape[2:])
+        if array.ndim > 0:
+            per_row = array.shape[0] // count  # 1, or k beams per sentence.
+            array = array.reshape(count, per_row, *array.shape[1:])[index]
+            array = array.reshape(size * per_row, *array.shape[2:])
+        # Back to tensors: torch tensors do not mix with NumPy arrays in
+        # comparisons (TensorFlow's and JAX's do).
+        return ops.convert_to_tensor(array)
 
     new_rows = np.where(np.arange(size) < len(keep), rows[index], -1)
     return tree.map_structure(gather, carry), new_rows

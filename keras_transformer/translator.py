@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from keras import ops
 
 from keras_transformer.config import PAD_ID
 from keras_transformer.decoding import NEG_INF
@@ -152,7 +153,8 @@ class Translator:
         weights = self.model.attention_weights(source_ids, decoder_input)
         pieces = self.tokenizer.id_to_piece
         weights = {
-            name: [np.asarray(w)[0] for w in layers] for name, layers in weights.items()
+            name: [ops.convert_to_numpy(w)[0] for w in layers]
+            for name, layers in weights.items()
         }
         weights["source_tokens"] = [pieces(i) for i in source_ids[0]]
         weights["target_tokens"] = ["<s>"] + [pieces(i) for i in target_ids]

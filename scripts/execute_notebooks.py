@@ -7,8 +7,11 @@
 Full settings train for real (about 15 minutes for the tutorial, 10 for the
 JAX one and 25 for the ablations on a 2-core CPU); the committed notebooks
 carry the outputs of such a run, so GitHub shows the plots, the training
-log and the translations. Each notebook picks its own backend in its first
-cell. Stops at the first error, naming the notebook and the cell.
+log and the translations. Each notebook picks its backend in its first
+cell; a KERAS_BACKEND in the environment wins, so `KERAS_BACKEND=torch`
+before `scripts/execute_notebooks.py --quick transformer_translation` runs
+the tutorial on PyTorch (NOTEBOOKS lists the backends each notebook is
+tested on). Stops at the first error, naming the notebook and the cell.
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # longer limit.
 DEVICE_FLAG = "--xla_force_host_platform_device_count=2"
 TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds=600"
+# The backends whose suite runs each notebook's quick mode (the first is the
+# one its first cell chooses). The tutorial runs on any backend; the other
+# two train data-parallel with keras.distribution, which is JAX's.
 NOTEBOOKS = {
-    "transformer_translation": "tensorflow",
-    "transformer_translation_jax": "jax",
-    "paper_ablations": "jax",
+    "transformer_translation": ("tensorflow", "torch"),
+    "transformer_translation_jax": ("jax",),
+    "paper_ablations": ("jax",),
 }
 
 

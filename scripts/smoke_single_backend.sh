@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # One backend alone, end to end: build .venv-BACKEND with only that backend's
-# extra (and [serve] for CTranslate2 and the HTTP server), check that the other backend is absent,
-# then train `tiny` briefly, translate, evaluate, average, export to
-# CTranslate2 (and load it), serve over HTTP (one translation, then SIGTERM),
-# and export a SavedModel: on JAX that must fail naming the [tensorflow]
-# extra, on TensorFlow it must work.
-# Usage: bash scripts/smoke_single_backend.sh [jax|tensorflow]   (default jax)
-# scripts/test.sh runs the JAX route (CI: .ci/run).
+# extra (and [serve] for CTranslate2 and the HTTP server), check that the
+# other backends are absent, then train `tiny` briefly, translate, evaluate,
+# average, export to CTranslate2 (and load it), serve over HTTP (one
+# translation, then SIGTERM), and export a SavedModel: on JAX and torch that
+# must fail naming the [tensorflow] extra, on TensorFlow it must work.
+# Usage: bash scripts/smoke_single_backend.sh [jax|tensorflow|torch]
+# (default jax). scripts/test.sh runs the JAX route (CI: .ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 backend="${1:-jax}"
 case "$backend" in
-  jax) other=tensorflow ;;
-  tensorflow) other=jax ;;
-  *) echo "smoke_single_backend.sh: jax or tensorflow, not '$backend'" >&2; exit 2 ;;
+  jax) others="tensorflow torch" ;;
+  tensorflow) others="jax torch" ;;
+  torch) others="tensorflow jax" ;;
+  *) echo "smoke_single_backend.sh: jax, tensorflow or torch, not '$backend'" >&2; exit 2 ;;
 esac
 venv=".venv-$backend"
 start=$SECONDS
@@ -29,14 +30,14 @@ trap 'rm -rf "$work"' EXIT
 export KERAS_HOME="$work/keras-home" KERAS_TRANSFORMER_CACHE="$work/cache"
 export TF_CPP_MIN_LOG_LEVEL=2 PYTHONUNBUFFERED=1
 
-step "the other backend is absent"
-for module in "$other" tensorflow_text keras_hub; do
+step "the other backends are absent"
+for module in $others tensorflow_text keras_hub; do
   if [ "$module" = tensorflow_text ] && [ "$backend" = tensorflow ]; then continue; fi
   if "$py" -c "import $module" 2> /dev/null; then
     fail "import $module works in $venv; it must not be installed there"
   fi
 done
-if [ "$backend" = jax ]; then
+if [ "$backend" != tensorflow ]; then
   # Keras's default backend is TensorFlow: without KERAS_BACKEND the command
   # must say what to install or choose, not crash deep inside Keras.
   if message=$(env -u KERAS_BACKEND "$cli" summary 2>&1); then
@@ -96,7 +97,7 @@ kill -TERM "$server"
 wait "$server" || fail "serve did not exit with 0 after SIGTERM"
 
 step "export savedmodel"
-if [ "$backend" = jax ]; then
+if [ "$backend" != tensorflow ]; then
   if message=$("$cli" export --run-dir "$run" --out "$work/saved" 2>&1); then
     fail "a SavedModel export worked without TensorFlow"
   fi

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import os
 
-import keras
-import pytest
+# Before Keras imports torch, which reads it once. torch's OpenMP threads
+# meet at a barrier after every op, so on a busy machine each op waits for a
+# free core: with the suites side by side on 2 cores, a (16, 64) x (64, 64)
+# matmul took 2.3 ms with 2 threads and 3 us with 1, and the decoding tests
+# ran 7x faster with one. Child processes (the CLI tests) inherit it.
+if os.environ.get("KERAS_BACKEND") == "torch":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
 
 
 @pytest.fixture
@@ -37,3 +45,48 @@ def _compilation_cache(tmp_path_factory):
     """The CLI's compilation caches go to the session's temporary
     directory (shared by the CLI subprocesses), never to the user's home."""
     os.environ["KERAS_TRANSFORMER_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+
+
+# Test modules that do no Keras computation (text, tokenizers, corpora,
+# batching plans, BLEU, settings, plots, atomic files): their results cannot
+# depend on the backend. scripts/test.sh runs them in one suite only (CI
+# runs three suites side by side on 2 cores and must end within an hour) by
+# setting KERAS_TRANSFORMER_NEUTRAL_SUITE to that suite's backend; without
+# the variable every suite runs them.
+BACKEND_NEUTRAL = (
+    "tests/data/",
+    "tests/test_atomic_files.py",
+    "tests/test_config.py",
+    "tests/test_evaluation.py",
+    "tests/test_plots.py",
+    "tests/test_search_settings.py",
+)
+NEUTRAL_SUITE = "KERAS_TRANSFORMER_NEUTRAL_SUITE"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselect the backend-neutral tests outside their suite (the closing
+    line counts them as deselected; the header says why)."""
+    suite = os.environ.get(NEUTRAL_SUITE)
+    if not suite or suite == keras.backend.backend():
+        return
+    root = config.rootpath
+    neutral = [
+        item
+        for item in items
+        if item.path.relative_to(root).as_posix().startswith(BACKEND_NEUTRAL)
+    ]
+    if neutral:
+        config.hook.pytest_deselected(items=neutral)
+        chosen = set(map(id, neutral))
+        items[:] = [item for item in items if id(item) not in chosen]
+
+
+def pytest_report_header(config):
+    suite = os.environ.get(NEUTRAL_SUITE)
+    if suite and suite != keras.backend.backend():
+        return (
+            f"backend-neutral modules (no Keras computation) run in the {suite} "
+            f"suite only ({NEUTRAL_SUITE}): deselected here"
+        )
+    return None

@@ -2,6 +2,8 @@
 
 The device count is fixed when a backend starts, so every check runs
 `tests/distributed_checks.py` in a fresh subprocess on the backend under test.
+On torch, which has no data-parallel `fit` in Keras 3.15, the flags are
+refused with the reason and what to use instead.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).with_name("distributed_checks.py")
 BACKEND = keras.backend.backend()
+data_parallel = pytest.mark.skipif(
+    BACKEND == "torch",
+    reason="Keras 3.15 has no data-parallel fit on torch: --distribute "
+    "mirrored|multiworker is refused there (test_torch_refuses_...)",
+)
 
 
 def run_check(*arguments, env=None):
@@ -51,6 +58,7 @@ def corpus_dir(tmp_path_factory):
     return directory
 
 
+@data_parallel
 def test_one_step_on_two_devices_equals_one_device(tmp_path):
     out = tmp_path / "parity.json"
     finish(run_check("parity", out))
@@ -63,6 +71,7 @@ def test_one_step_on_two_devices_equals_one_device(tmp_path):
         assert result["multi_loss"] == pytest.approx(result["single_loss"], abs=1e-5)
 
 
+@data_parallel
 def test_sigterm_resume_on_two_devices_equals_uninterrupted(tmp_path, corpus_dir):
     out = tmp_path / "resume.json"
     finish(run_check("resume", out, corpus_dir))
@@ -104,6 +113,7 @@ def cluster_environments():
     ]
 
 
+@data_parallel
 def test_two_workers_on_localhost_end_with_identical_weights(tmp_path, corpus_dir):
     run_dir = tmp_path / "run"
     outputs = [tmp_path / f"worker-{index}.npz" for index in range(2)]
@@ -121,3 +131,35 @@ def test_two_workers_on_localhost_end_with_identical_weights(tmp_path, corpus_di
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["identity"]["replicas"] == 2
     assert (run_dir / "model.keras").exists()  # Written by the chief alone.
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="the torch backend's refusal")
+@pytest.mark.parametrize("mode", ["mirrored", "multiworker"])
+def test_torch_refuses_data_parallel_saying_why_and_what_works(
+    mode, tmp_path, corpus_dir, capsys
+):
+    from keras_transformer.cli import main
+    from keras_transformer.distribution import setup_distribution
+
+    assert setup_distribution("auto").mode == setup_distribution("none").mode == "none"
+    run_dir = tmp_path / "run"
+    status = main(
+        ["train", "--distribute", mode, "--run-dir", str(run_dir),
+         "--dataset", "files",
+         "--train-src", str(corpus_dir / "train.en"),
+         "--train-tgt", str(corpus_dir / "train.de")]
+    )  # fmt: skip
+    error = capsys.readouterr().err
+    assert status == 2
+    assert f"--distribute {mode} is not available on the torch backend" in error
+    assert "--distribute auto or none" in error
+    assert "KERAS_BACKEND=jax" in error and "KERAS_BACKEND=tensorflow" in error
+    assert not run_dir.exists()  # Refused before anything was written.
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="the torch backend's refusal")
+def test_torch_refuses_cpu_devices_naming_the_flag():
+    from keras_transformer.distribution import simulate_cpu_devices
+
+    with pytest.raises(ValueError, match="--cpu-devices 2: the torch backend"):
+        simulate_cpu_devices(2)

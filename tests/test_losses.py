@@ -138,6 +138,12 @@ def logits_gradient(function, logits):
         import jax
 
         return np.asarray(jax.grad(lambda z: function(z).sum())(logits))
+    if keras.backend.backend() == "torch":
+        import torch
+
+        logits = torch.tensor(logits, requires_grad=True)
+        function(logits).sum().backward()
+        return logits.grad.numpy()
     import tensorflow as tf
 
     logits = tf.constant(logits)
@@ -200,7 +206,8 @@ def test_low_precision_logits_give_finite_float32(dtype):
     assert got == pytest.approx(reference_loss(labels, rounded, 0.1), rel=1e-4)
 
 
-def test_mixed_precision_policy_keeps_float32():
+def test_mixed_precision_policy_keeps_float32(keras_state):
+    # keras_state: the float32 policy again afterwards, for the next module.
     keras.config.set_dtype_policy("mixed_float16")
     labels, logits = random_batch(seed=9)
     value = LabelSmoothedCrossEntropy(0.1)(labels, logits.astype("float16"))

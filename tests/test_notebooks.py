@@ -1,6 +1,7 @@
 """The notebooks: each runs top to bottom with CI's small settings on the
-backend it is written for, and the committed copies carry the outputs of a
-full-settings run of this package version."""
+backends it is written for (the tutorial on TensorFlow and PyTorch), and the
+committed copies carry the outputs of a full-settings run of this package
+version."""
 
 from __future__ import annotations
 
@@ -33,14 +34,16 @@ def stream_text(cell) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
 def test_notebook_runs_with_small_settings(name, tmp_path):
-    if keras.backend.backend() != NOTEBOOKS[name]:
-        pytest.skip(f"{name} runs in the {NOTEBOOKS[name]} suite")
+    backend = keras.backend.backend()
+    if backend not in NOTEBOOKS[name]:
+        pytest.skip(f"{name} runs in the {' and '.join(NOTEBOOKS[name])} suites")
     output = tmp_path / f"{name}.ipynb"
     execute_notebooks.execute(name, quick=True, output=output)  # Raises on error.
     executed = nbformat.read(output, as_version=4)
     cells = code_cells(executed)
     assert all(cell.execution_count for cell in cells)
-    assert "quick=True" in stream_text(cells[0]) + stream_text(cells[1])
+    header = stream_text(cells[0]) + stream_text(cells[1])
+    assert "quick=True" in header and f"backend {backend}," in header
 
 
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))

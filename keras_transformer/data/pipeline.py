@@ -349,11 +349,16 @@ class BucketedBatches(keras.utils.PyDataset):
         `steps_per_epoch=len(batches)`. On TensorFlow either is a
         `tf.data.Dataset` with a (None, None) signature: Keras infers a
         PyDataset's signature from its first batches and would fix the
-        length of whichever bucket came first.
+        length of whichever bucket came first. On torch either is a
+        DataLoader that draws nothing from torch's global generator
+        (`_torch_loader`).
         """
-        if start is not None and keras.backend.backend() != "tensorflow":
+        backend = keras.backend.backend()
+        if backend == "torch":
+            return _torch_loader(self, start)
+        if start is not None and backend != "tensorflow":
             return _Stream(self, start)
-        if keras.backend.backend() != "tensorflow":
+        if backend != "tensorflow":
             return self
         import tensorflow as tf
 
@@ -415,6 +420,33 @@ class _Stream(keras.utils.PyDataset):
             for old in sorted(self._plans)[:-2]:
                 del self._plans[old]
         return self._batches._batch(plan, position.index)
+
+
+def _torch_loader(batches: BucketedBatches, start: DataPosition | None):
+    """`for_fit` on torch: a DataLoader of one epoch of `batches` per pass
+    (re-planned after it), or with `start` of every batch from there on.
+
+    Keras would wrap a PyDataset in a DataLoader of its own, and every
+    iterator of that one draws a seed from torch's global generator: the one
+    Keras's torch dropout draws its masks from, whose state the checkpoints
+    carry. A resumed run starts its iterators at other points than the
+    uninterrupted run did, so its dropout masks would differ. This loader
+    draws from a generator of its own.
+    """
+    import torch
+
+    class Batches(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            if start is not None:
+                yield from batches.batches_from(start)
+                return
+            for index in range(len(batches)):
+                yield batches[index]
+            batches.on_epoch_end()
+
+    return torch.utils.data.DataLoader(
+        Batches(), batch_size=None, generator=torch.Generator()
+    )
 
 
 def token_weights(labels, update_tokens: int, accumulation_steps: int = 1):

@@ -6,7 +6,7 @@ ReLU, the shared embedding matrix as source, target and output projection,
 and this run's positional table given row by row, since the paper's
 interleaved sinusoids are not CTranslate2's default layout), then saved next
 to the run's tokenizer. Weights are read from the `.keras` file with NumPy,
-so either backend exports without TensorFlow. The directory it writes::
+so any backend exports without TensorFlow. The directory it writes::
 
     model.bin, config.json, shared_vocabulary.json   # CTranslate2's files
     tokenizer/                                       # the run's tokenizer
@@ -89,7 +89,7 @@ def export_ctranslate2(
     """Export the run in `run_dir` as a CTranslate2 model directory at `out`.
 
     Args:
-        run_dir: A trained run directory (either backend).
+        run_dir: A trained run directory (any backend).
         out: The directory to create; must not exist, or be empty.
         settings: The `SearchSettings` to record. CTranslate2 takes its
             search settings per call, so they are only written to

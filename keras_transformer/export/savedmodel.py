@@ -18,8 +18,8 @@ with XLA) and detokenization are all TensorFlow graph ops. Its signatures:
 The settings (beam size, alpha, the length limit, the vocabulary, the package
 version) are fixed at export time and written to ``assets/export.json``.
 
-The route from either backend: the run's ``.keras`` file holds backend-neutral
-weights, so a run trained with JAX is rebuilt under TensorFlow in a child
+The route from any backend: the run's ``.keras`` file holds backend-neutral
+weights, so a run trained with JAX or torch is rebuilt under TensorFlow in a child
 process and exported from there, exactly as a TensorFlow run is. (jax2tf
 would have to convert a data-dependent while loop over dynamic shapes and
 could not hold the tensorflow-text ops at all.)
@@ -74,7 +74,7 @@ def export_translator(
     """Export the run in `run_dir` as a SavedModel at `out` (see module doc).
 
     Args:
-        run_dir: A trained run directory (either backend).
+        run_dir: A trained run directory (any backend).
         out: Where the SavedModel goes; must not exist, or be empty.
         settings: The `SearchSettings` the SavedModel searches with (fixed
             at export). Defaults to the paper's.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from keras import ops
 
 from keras_transformer.layers import DecoderBlock
 from tests.helpers import assert_layer_contract, to_numpy
@@ -40,6 +41,7 @@ def test_layer_contract(tmp_path, norm_first):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_wiring_matches_sublayers(norm_first):
     x, memory, self_mask, cross_mask = example_inputs(1)
+    x = ops.convert_to_tensor(x)  # The sums below add tensors, not arrays.
     block = DecoderBlock(H, F, norm_first=norm_first)
     output = to_numpy(block(x, memory, self_mask, cross_mask))
 
@@ -107,7 +109,7 @@ def test_decode_step_matches_call(norm_first):
     for t in range(T):
         step_mask = np.broadcast_to(slots <= t, (B, 1, max_length))
         output, cache = block.decode_step(
-            x[:, t : t + 1],
+            ops.convert_to_tensor(x[:, t : t + 1]),
             cache,
             cross_key_value,
             t,
@@ -131,12 +133,22 @@ def test_decode_step_several_positions_at_once():
     slots = np.arange(max_length)
     first = np.broadcast_to(slots[None, :] <= np.arange(2)[:, None], (B, 2, T))
     output, cache = block.decode_step(
-        x[:, :2], cache, cross_key_value, 0, first, cross_mask[:, :2]
+        ops.convert_to_tensor(x[:, :2]),
+        cache,
+        cross_key_value,
+        0,
+        first,
+        cross_mask[:, :2],
     )
     np.testing.assert_allclose(to_numpy(output), expected[:, :2], atol=1e-5)
     rest = np.broadcast_to(slots[None, :] <= np.arange(2, 4)[:, None], (B, 2, T))
     output, cache = block.decode_step(
-        x[:, 2:], cache, cross_key_value, 2, rest, cross_mask[:, 2:]
+        ops.convert_to_tensor(x[:, 2:]),
+        cache,
+        cross_key_value,
+        2,
+        rest,
+        cross_mask[:, 2:],
     )
     np.testing.assert_allclose(to_numpy(output), expected[:, 2:], atol=1e-5)
 
@@ -184,7 +196,7 @@ def test_key_dim_reaches_both_attentions_and_decode_step_matches_call():
     for t in range(T):
         step_mask = np.broadcast_to(slots <= t, (B, 1, max_length))
         output, cache = block.decode_step(
-            x[:, t : t + 1],
+            ops.convert_to_tensor(x[:, t : t + 1]),
             cache,
             cross_key_value,
             t,

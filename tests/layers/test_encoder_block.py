@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from keras import ops
 
 from keras_transformer.layers import EncoderBlock
 from tests.helpers import assert_layer_contract, to_numpy
@@ -40,6 +41,7 @@ def test_layer_contract(tmp_path, norm_first):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_wiring_matches_sublayers(norm_first):
     x, mask = inputs_and_mask(1)
+    x = ops.convert_to_tensor(x)  # The sums below add tensors, not arrays.
     block = EncoderBlock(H, F, norm_first=norm_first)
     output = to_numpy(block(x, mask))
 

@@ -98,7 +98,8 @@ def test_masked_matches_numpy_reference():
 
 def test_attention_weights_function_is_scaled_softmax():
     query, key, _ = random_qkv(3)
-    weights = to_numpy(attention_weights(query, key))
+    tensors = [keras.ops.convert_to_tensor(a) for a in (query, key)]
+    weights = to_numpy(attention_weights(*tensors))
     scores = np.einsum("bthk,bshk->bhts", query, key) / np.sqrt(K)
     expected = np.exp(scores - scores.max(-1, keepdims=True))
     expected /= expected.sum(-1, keepdims=True)

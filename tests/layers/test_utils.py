@@ -27,7 +27,11 @@ def test_post_norm_residual():
     norm = layer_norm(1e-6, "float32", "norm")
     sublayer = _Recorder()
     output, extra = residual(
-        x, sublayer, norm, keras.layers.Dropout(0.0), norm_first=False
+        keras.ops.convert_to_tensor(x),
+        sublayer,
+        norm,
+        keras.layers.Dropout(0.0),
+        norm_first=False,
     )
     assert extra == "extra"
     np.testing.assert_allclose(sublayer.seen, x)
@@ -40,7 +44,13 @@ def test_pre_norm_residual():
     x = np.random.default_rng(1).normal(size=(2, 3, 8)).astype("float32")
     norm = layer_norm(1e-6, "float32", "norm")
     sublayer = _Recorder()
-    output, _ = residual(x, sublayer, norm, keras.layers.Dropout(0.0), norm_first=True)
+    output, _ = residual(
+        keras.ops.convert_to_tensor(x),
+        sublayer,
+        norm,
+        keras.layers.Dropout(0.0),
+        norm_first=True,
+    )
     np.testing.assert_allclose(sublayer.seen, _norm_reference(x, 1e-6), atol=1e-5)
     expected = x + 2 * _norm_reference(x, 1e-6)
     np.testing.assert_allclose(to_numpy(output), expected, atol=1e-5)
