@@ -48,8 +48,11 @@ def _compilation_cache(tmp_path_factory):
 
 
 # Test modules that do no Keras computation (text, tokenizers, corpora,
-# batching plans, BLEU, settings, plots, atomic files): their results cannot
-# depend on the backend. scripts/test.sh runs them in one suite only (CI
+# batching plans, BLEU, settings, plots, atomic files, the HTTP server's
+# batching and request checks), or whose subject does not run on the suite's
+# backend (a CTranslate2 or SavedModel engine; the demo page in a browser,
+# whose Keras engine test_server_keras.py tests on every backend): their
+# results cannot depend on the backend. scripts/test.sh runs them in one suite only (CI
 # runs three suites side by side on 2 cores and must end within an hour) by
 # setting KERAS_TRANSFORMER_NEUTRAL_SUITE to that suite's backend; without
 # the variable every suite runs them.
@@ -60,6 +63,11 @@ BACKEND_NEUTRAL = (
     "tests/test_evaluation.py",
     "tests/test_plots.py",
     "tests/test_search_settings.py",
+    "tests/serving/test_batcher.py",
+    "tests/serving/test_requests.py",
+    "tests/serving/test_engines.py",
+    "tests/serving/test_server_ctranslate2.py",
+    "tests/serving/test_demo_page.py",
 )
 NEUTRAL_SUITE = "KERAS_TRANSFORMER_NEUTRAL_SUITE"
 
