@@ -44,12 +44,13 @@ Only the standard library is imported here.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import re
 import warnings
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -59,6 +60,7 @@ __all__ = [
     "PairBlock",
     "ParallelCorpus",
     "TextStream",
+    "collect_pairs",
     "decode_text_lines",
     "iter_parallel_files",
     "iter_tsv",
@@ -66,6 +68,7 @@ __all__ = [
     "read_parallel_files",
     "read_text_lines",
     "read_tsv",
+    "sha256_file",
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -113,6 +116,15 @@ class ParallelCorpus:
     def __len__(self) -> int:
         """Number of sentence pairs."""
         return len(self.source)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file's bytes (read 1 MiB at a time)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _plural(count: int, noun: str) -> str:
@@ -472,17 +484,17 @@ def _check_same_length(source: TextStream, target: TextStream) -> None:
     )
 
 
-def _collect(blocks: Iterator[PairBlock], origin: str) -> ParallelCorpus:
+def collect_pairs(blocks: Iterable[PairBlock], origin: str) -> ParallelCorpus:
+    """The pairs of `blocks`, held in memory, with their line numbers."""
     source: list[str] = []
     target: list[str] = []
+    lines: list[int] = []
     for block in blocks:
         source += block.source
         target += block.target
+        lines += range(block.first_line, block.first_line + len(block.source))
     return ParallelCorpus(
-        source=source,
-        target=target,
-        origin=origin,
-        line_numbers=list(range(1, len(source) + 1)),
+        source=source, target=target, origin=origin, line_numbers=lines
     )
 
 
@@ -520,7 +532,7 @@ def read_parallel_files(
             number past the end of the shorter).
     """
     blocks = iter_parallel_files(source_path, target_path, lenient_utf8=lenient_utf8)
-    return _collect(blocks, f"{Path(source_path)} | {Path(target_path)}")
+    return collect_pairs(blocks, f"{Path(source_path)} | {Path(target_path)}")
 
 
 def iter_tsv(
@@ -581,4 +593,4 @@ def read_tsv(
             or is not valid UTF-8, or if a line does not have exactly one
             tab (the message names the file and the line number).
     """
-    return _collect(iter_tsv(path, lenient_utf8=lenient_utf8), str(Path(path)))
+    return collect_pairs(iter_tsv(path, lenient_utf8=lenient_utf8), str(Path(path)))
