@@ -358,6 +358,18 @@ class TokenStore:
     def filter_report(self) -> dict[str, Any]:
         return self.manifest["splits"]["train"]["filter"]
 
+    def line_numbers(self, split: str = "train") -> np.ndarray:
+        """The line (or example) number of each pair of `split`: for the
+        training split, the lines the filter report does not list, in
+        order. (An array of the split's size: for inspection, not training.)"""
+        corpus = self.eval_corpus(split)
+        if corpus is not None:
+            return np.asarray(corpus.line_numbers, np.int64)
+        report = self.filter_report()
+        dropped = np.asarray(report["empty_lines"] + report["too_long_lines"])
+        read = report["kept"] + len(dropped)
+        return np.setdiff1d(np.arange(1, read + 1), dropped)
+
 
 def open_store(
     path: str | os.PathLike, *, check_sources: bool = True, verify: bool = False
@@ -444,21 +456,22 @@ def _check_index(path: Path, info: dict[str, Any], side: str) -> None:
     """Offsets rise from 0 to the token count in steps of at most the
     longest pair; read in blocks through plain reads, not the mapping."""
     pairs, tokens, longest = info["pairs"], info["tokens"][side], info["longest"]
-    previous = 0
+    previous = 0  # What offset 0 must be, then the last offset read.
     for start in range(0, pairs + 1, _CHECK_PAIRS):
-        count = min(_CHECK_PAIRS, pairs + 1 - start)
-        block = np.fromfile(path, "<i8", count=count, offset=8 * start)
-        steps = np.diff(block, prepend=previous if start else 0)
+        block = np.fromfile(
+            path, "<i8", count=min(_CHECK_PAIRS, pairs + 1 - start), offset=8 * start
+        )
+        before = np.concatenate([[previous], block[:-1]])
+        steps = block - before
         bad = np.flatnonzero((steps < 0) | (steps > longest))
         if start == 0 and block[0] != 0:
-            bad = np.array([0])
+            bad = np.zeros(1, np.int64)
         if bad.size:
-            pair = start + int(bad[0])
+            where = int(bad[0])
             raise StoreError(
-                f"{path} is damaged: offset {pair} is {int(block[bad[0]])}, after "
-                f"{int(block[bad[0]] - steps[bad[0]])}; offsets rise from 0 in "
-                f"steps of at most {longest} (the longest pair). Prepare the "
-                "store again."
+                f"{path} is damaged: offset {start + where} is {int(block[where])}, "
+                f"the one before {int(before[where])}; offsets rise from 0 in steps "
+                f"of at most {longest} (the longest pair). Prepare the store again."
             )
         previous = int(block[-1])
     if previous != tokens:
