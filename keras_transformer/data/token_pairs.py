@@ -105,23 +105,23 @@ class TokenPairs:
         """Real target tokens (labels: the ids and EOS) of all the pairs."""
         return self.num_tokens("target") + len(self)
 
-    def _scan_offsets(self, side: str) -> np.ndarray:
-        """The offsets to read in full (a store reads them through a mapping
-        of its own, let go afterwards, so the pages leave this process)."""
-        return self.offsets[side]
+    def _offsets_block(self, side: str, start: int, stop: int) -> np.ndarray:
+        """Offsets start..stop (inclusive) for a scan of every pair (a store
+        reads them with plain reads: a mapping would keep every page it
+        touched resident in this process)."""
+        return self.offsets[side][start : stop + 1]
 
     def length_blocks(
         self, block: int = _SCAN_PAIRS
     ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(first pair, source lengths, target lengths) of every pair, in
         blocks: int64 arrays, bounded memory whatever the corpus."""
-        source, target = self._scan_offsets("source"), self._scan_offsets("target")
         for start in range(0, len(self), block):
             stop = min(start + block, len(self))
             yield (
                 start,
-                np.diff(source[start : stop + 1]),
-                np.diff(target[start : stop + 1]),
+                np.diff(self._offsets_block("source", start, stop)),
+                np.diff(self._offsets_block("target", start, stop)),
             )
 
     def lengths(self, side: str, members: np.ndarray) -> np.ndarray:

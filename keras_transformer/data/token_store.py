@@ -282,10 +282,9 @@ class _StoredPairs(TokenPairs):
         names = {side: str(store.path / f"{split}.{side}.tokens") for side in SIDES}
         super().__init__(*arrays, vocab_size=store.vocab_size, names=names)
 
-    def _scan_offsets(self, side: str) -> np.ndarray:
-        # A mapping of its own: released with the scan, its pages leave
-        # this process instead of staying in its resident memory.
-        return _map(self._index_paths[side], "<i8", len(self) + 1)
+    def _offsets_block(self, side: str, start: int, stop: int) -> np.ndarray:
+        count = stop + 1 - start
+        return np.fromfile(self._index_paths[side], "<i8", count, offset=8 * start)
 
     def __reduce__(self):
         return _reopen_pairs, self._where
