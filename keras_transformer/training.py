@@ -32,7 +32,6 @@ import contextlib
 import dataclasses
 import json
 import sys
-import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,8 +63,12 @@ from keras_transformer.data.pipeline import (
     bucket_lengths,
     encode_pairs,
 )
-from keras_transformer.data.prepare import prepare_store, store_location
-from keras_transformer.data.text_files import DataError
+from keras_transformer.data.prepare import (
+    learn_tokenizer,
+    prepare_store,
+    store_location,
+)
+from keras_transformer.data.text_files import DataError, PairBlock
 from keras_transformer.data.token_pairs import TokenPairs
 from keras_transformer.data.token_store import (
     StoreWriteError,
@@ -73,7 +76,6 @@ from keras_transformer.data.token_store import (
     open_store,
     tokenizer_sha256,
 )
-from keras_transformer.data.tokenizer import train_tokenizer
 from keras_transformer.distribution import DistributionPlan, setup_distribution
 from keras_transformer.evaluation import BleuResult, evaluate_split
 from keras_transformer.losses import LabelSmoothedCrossEntropy
@@ -148,22 +150,18 @@ def load_splits(options: TrainOptions) -> dict[str, Any]:
 
 
 def prepare_tokenizer(options: TrainOptions, splits: dict[str, Any]):
-    """Learn the joint vocabulary from the training split."""
-    started = time.monotonic()
+    """Learn the joint vocabulary from the training split (as `prepare`
+    does: from a seeded sample of at most its default number of sentences)."""
     train = splits["train"]
-    texts = [t for t in train.source + train.target if t.strip()]
-    tokenizer = train_tokenizer(
-        texts,
-        options.vocab_size,
+    return learn_tokenizer(
+        [PairBlock(1, train.source, train.target)],
+        train.origin,
         kind=options.tokenizer,
+        vocab_size=options.vocab_size,
+        sample_size=PrepareOptions().tokenizer_sample,
         seed=options.seed,
-        origin=train.origin,
+        log=_log,
     )
-    _log(
-        f"learned a joint {options.tokenizer} vocabulary of {tokenizer.vocab_size} "
-        f"in {time.monotonic() - started:.1f}s"
-    )
-    return tokenizer
 
 
 def _check_budget(tokens_per_batch: int, pairs: int, longest: int, origin: str) -> None:

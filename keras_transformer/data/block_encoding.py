@@ -38,6 +38,7 @@ __all__ = [
     "drop_empty_pairs",
     "drop_long_pairs",
     "encode_block",
+    "encode_corpus",
 ]
 
 # A worker runs this file as __main__ without the current directory on
@@ -145,6 +146,25 @@ def encode_block(
     target_lengths, target_values = _flat(target_ids, dtype)
     return EncodedBlock(
         source_lengths, source_values, target_lengths, target_values, empty, too_long
+    )
+
+
+def encode_corpus(
+    encode: Callable[[list[str]], list[list[int]]],
+    corpus,
+    *,
+    max_length: int | None,
+    dtype: str = "int32",
+) -> EncodedBlock:
+    """`encode_block` over a whole corpus held in memory (anything with
+    `source`, `target` and `line_numbers`, such as a `ParallelCorpus`)."""
+    return encode_block(
+        encode,
+        corpus.source,
+        corpus.target,
+        corpus.line_numbers,
+        max_length=max_length,
+        dtype=dtype,
     )
 
 

@@ -107,28 +107,47 @@ def _in_blocks(corpus: ParallelCorpus, size: int = 50_000) -> Iterator[PairBlock
 
 
 def _builtin(spec: DatasetSpec) -> dict[str, SplitSource]:
+    size, seed = spec.builtin_size, spec.builtin_seed
+    identity = {"size": size, "seed": seed, "generator": _generator()}
+    generated: dict[str, ParallelCorpus] = {}
+
+    def blocks(name: str) -> Iterator[PairBlock]:
+        # Generated at the first read, not before: a store found by its key
+        # (size, seed, generator) needs none of it.
+        if not generated:
+            generated.update(_generate(size, seed))
+        return _in_blocks(generated[name])
+
+    return {
+        name: SplitSource(
+            _builtin_origin(name, seed), _block_reader(blocks, name), identity=identity
+        )
+        for name in ("train", "valid", "test")
+    }
+
+
+def _builtin_origin(split: str, seed: int) -> str:
+    return f"builtin corpus ({split}, seed {seed})"
+
+
+def _generate(size: int, seed: int) -> dict[str, ParallelCorpus]:
     from keras_transformer.data.builtin_corpus import generate_corpus
 
-    size = spec.builtin_size
     # 500 held-out pairs at the default size; fewer for small corpora, whose
     # vocabulary cannot cover many novel combinations.
     held_out = max(10, min(500, size // 40))
     splits = generate_corpus(
-        num_train=size, num_valid=held_out, num_test=held_out, seed=spec.builtin_seed
+        num_train=size, num_valid=held_out, num_test=held_out, seed=seed
     )
-    identity = {"size": size, "seed": spec.builtin_seed, "generator": _generator()}
-    sources = {}
-    for name, pairs in splits.items():
-        corpus = ParallelCorpus(
+    return {
+        name: ParallelCorpus(
             source=[en for en, _ in pairs],
             target=[de for _, de in pairs],
-            origin=f"builtin corpus ({name}, seed {spec.builtin_seed})",
+            origin=_builtin_origin(name, seed),
             line_numbers=list(range(1, len(pairs) + 1)),
         )
-        sources[name] = SplitSource(
-            corpus.origin, _block_reader(_in_blocks, corpus), identity=identity
-        )
-    return sources
+        for name, pairs in splits.items()
+    }
 
 
 def _generator() -> str:

@@ -22,6 +22,7 @@ from keras_transformer.data.block_encoding import (  # noqa: F401 - re-exported
     drop_empty_pairs,
     drop_long_pairs,
     encode_block,
+    encode_corpus,
 )
 from keras_transformer.data.text_files import DataError, ParallelCorpus
 from keras_transformer.data.token_pairs import TokenPairs, index_dtype
@@ -100,13 +101,7 @@ def encode_pairs(
 ) -> tuple[TokenPairs, FilterReport]:
     """`filter_pairs` as flat arrays (`TokenPairs`, held in memory); with
     `max_length=None` nothing is dropped (evaluation sets)."""
-    block = encode_block(
-        tokenizer.encode,
-        corpus.source,
-        corpus.target,
-        corpus.line_numbers,
-        max_length=max_length,
-    )
+    block = encode_corpus(tokenizer.encode, corpus, max_length=max_length)
     pairs = TokenPairs.from_lengths(
         block.source_ids, block.source_lengths, block.target_ids, block.target_lengths
     )

@@ -39,7 +39,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,13 @@ from keras_transformer.data.block_encoding import (
     EncoderPool,
     available_cores,
     encode_block,
+    encode_corpus,
 )
 from keras_transformer.data.datasets import SplitSource, dataset_sources
 from keras_transformer.data.pipeline import FilterReport
 from keras_transformer.data.text_files import (
     DataError,
+    PairBlock,
     ParallelCorpus,
     collect_pairs,
     sha256_file,
@@ -77,7 +79,13 @@ from keras_transformer.data.token_store import (
 from keras_transformer.data.tokenizer import SentencePieceTokenizer, train_tokenizer
 from keras_transformer.options import PrepareOptions
 
-__all__ = ["default_store_path", "prepare_store", "store_key"]
+__all__ = [
+    "default_store_path",
+    "learn_tokenizer",
+    "prepare_store",
+    "store_key",
+    "store_location",
+]
 
 _PROGRESS_SECONDS = 30
 
@@ -278,20 +286,14 @@ def _write_store(staging: Path, inputs: _Inputs, options: PrepareOptions, log) -
         if name in sources
     }
     train = sources["train"]
-    texts = _tokenizer_text(train, options)
-    started = time.monotonic()
-    tokenizer = train_tokenizer(
-        texts,
-        options.vocab_size,
+    tokenizer = learn_tokenizer(
+        train.blocks(),
+        train.origin,
         kind=options.tokenizer,
+        vocab_size=options.vocab_size,
         sample_size=options.tokenizer_sample,
         seed=options.seed,
-        origin=train.origin,
-    )
-    del texts
-    log(
-        f"learned a joint {options.tokenizer} vocabulary of {tokenizer.vocab_size} "
-        f"in {time.monotonic() - started:.1f}s"
+        log=log,
     )
     tokenizer_dir = staging / TOKENIZER_DIR
     try:
@@ -376,12 +378,38 @@ class _SentenceSample:
         return self._items if self._items is not None else self._source + self._target
 
 
-def _tokenizer_text(source: SplitSource, options: PrepareOptions) -> list[str]:
-    """Pass 1: every check of the training split, and the tokenizer's text."""
-    sample = _SentenceSample(options.tokenizer_sample, options.seed)
-    for block in source.blocks():
+def learn_tokenizer(
+    blocks: Iterable[PairBlock],
+    origin: str,
+    *,
+    kind: str,
+    vocab_size: int,
+    sample_size: int,
+    seed: int,
+    log: Callable[[str], None] = _log,
+):
+    """Pass 1: read every block of a training split (and so check it) for a
+    seeded sample of at most `sample_size` sentences, and learn the joint
+    tokenizer from it."""
+    sample = _SentenceSample(sample_size, seed)
+    progress = _Progress(log, f"{origin} (checked, sampled)")
+    for block in blocks:
         sample.add(block.source, block.target)
-    return sample.texts()
+        progress.add(len(block.source))
+    started = time.monotonic()
+    tokenizer = train_tokenizer(
+        sample.texts(),
+        vocab_size,
+        kind=kind,
+        sample_size=sample_size,
+        seed=seed,
+        origin=origin,
+    )
+    log(
+        f"learned a joint {kind} vocabulary of {tokenizer.vocab_size} "
+        f"in {time.monotonic() - started:.1f}s"
+    )
+    return tokenizer
 
 
 # --- pass 2: encoding --------------------------------------------------------------
@@ -469,14 +497,7 @@ def _encode_evaluation(
     out: Path,
 ) -> dict[str, Any]:
     """An evaluation split: every pair (never filtered), and its text."""
-    block = encode_block(
-        tokenizer.encode,
-        corpus.source,
-        corpus.target,
-        corpus.line_numbers,
-        max_length=None,
-        dtype=dtype,
-    )
+    block = encode_corpus(tokenizer.encode, corpus, max_length=None, dtype=dtype)
     writer = SplitWriter(staging, name, dtype, out)
     writer.append(block)
     info = writer.close()

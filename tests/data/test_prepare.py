@@ -23,6 +23,7 @@ from keras_transformer.data.token_store import (
     StoreWriteError,
     open_store,
 )
+from keras_transformer.data.tokenizer import train_tokenizer
 from keras_transformer.options import PrepareOptions, TrainOptions
 from tests.data.helpers import write
 from tests.helpers import write_training_corpus
@@ -182,11 +183,16 @@ def test_a_stores_pairs_pickle_as_their_path(store):
 
 def test_a_small_corpus_is_learned_whole_in_its_order_as_before(store, corpus):
     files, _, _ = corpus
-    options = TrainOptions(data=DatasetSpec(name="files", files=files), vocab_size=400)
-    splits = {"train": read_parallel_files(*files["train"])}
-    # The vocabulary `train` learned from the corpus in memory.
-    before = training.prepare_tokenizer(options, splits)
+    train = read_parallel_files(*files["train"])
+    # What `train` learned its vocabulary from before stores: every
+    # non-blank sentence, the sources then the targets.
+    before = train_tokenizer(
+        [text for text in train.source + train.target if text.strip()], 400
+    )
     assert store.tokenizer().model_proto == before.model_proto
+    options = TrainOptions(data=DatasetSpec(name="files", files=files), vocab_size=400)
+    in_memory = training.prepare_tokenizer(options, {"train": train})
+    assert in_memory.model_proto == before.model_proto
 
 
 def test_sample_is_seeded_uniform_and_bounded():
