@@ -204,8 +204,10 @@ def store_batches(
     buckets: Sequence[int] = DEFAULT_BUCKETS,
 ) -> TrainingData:
     """`prepare_batches` from a prepared store: the same batches, read
-    through a memory map (`options.max_length` is the store's, see
+    through a memory map, with the store's length filter (see
     `check_store_settings`)."""
+    check_store_settings(options, store)
+    options = store_settings(options, store)
     valid = store.pairs("valid") if "valid" in store.splits else None
     if valid is not None and not len(valid):
         valid = None

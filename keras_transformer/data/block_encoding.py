@@ -76,13 +76,21 @@ def drop_long_pairs(
     max_length: int,
 ) -> tuple[list[int], list[int]]:
     """Keep pairs whose source and shifted target fit in `max_length` tokens."""
-    keep, dropped = [], []
-    for index, (src, tgt) in enumerate(zip(source_ids, target_ids)):
-        if len(src) <= max_length and len(tgt) + 1 <= max_length:
-            keep.append(index)
-        else:
-            dropped.append(line_numbers[index])
-    return keep, dropped
+    fits = _fits(
+        np.fromiter(map(len, source_ids), np.int64, count=len(source_ids)),
+        np.fromiter(map(len, target_ids), np.int64, count=len(target_ids)),
+        max_length,
+    )
+    dropped = np.asarray(line_numbers, np.int64)[~fits].tolist()
+    return np.flatnonzero(fits).tolist(), dropped
+
+
+def _fits(
+    source_lengths: np.ndarray, target_lengths: np.ndarray, max_length: int
+) -> np.ndarray:
+    """The length filter: the source, and the target with its end token (the
+    shifted target), each at most `max_length` tokens."""
+    return (source_lengths <= max_length) & (target_lengths + 1 <= max_length)
 
 
 @dataclasses.dataclass
@@ -129,24 +137,34 @@ def encode_block(
     """Encode a block of pairs, dropping empty and over-long ones (none when
     `max_length` is None). `encode` maps texts to ragged ids; `dtype` is the
     ids' array type (uint16 holds any id of a vocabulary up to 65,536)."""
-    if max_length is None:
-        keep, empty = range(len(source)), []
-    else:
+    empty: list[int] = []
+    # Most blocks have no empty side: one pass in C finds that.
+    if max_length is not None and not (
+        all(map(str.strip, source)) and all(map(str.strip, target))
+    ):
         keep, empty = drop_empty_pairs(source, target, line_numbers)
-    source_ids = encode([source[i] for i in keep])
-    target_ids = encode([target[i] for i in keep])
+        source = [source[i] for i in keep]
+        target = [target[i] for i in keep]
+        line_numbers = [line_numbers[i] for i in keep]
+    source_lengths, source_ids = _flat(encode(list(source)), dtype)
+    target_lengths, target_ids = _flat(encode(list(target)), dtype)
     too_long: list[int] = []
     if max_length is not None:
-        lines = [line_numbers[i] for i in keep]
-        kept, too_long = drop_long_pairs(source_ids, target_ids, lines, max_length)
-        if len(kept) < len(source_ids):
-            source_ids = [source_ids[i] for i in kept]
-            target_ids = [target_ids[i] for i in kept]
-    source_lengths, source_values = _flat(source_ids, dtype)
-    target_lengths, target_values = _flat(target_ids, dtype)
+        fits = _fits(source_lengths, target_lengths, max_length)
+        if not fits.all():
+            too_long = np.asarray(line_numbers)[~fits].tolist()
+            source_lengths, source_ids = _keep(source_lengths, source_ids, fits)
+            target_lengths, target_ids = _keep(target_lengths, target_ids, fits)
     return EncodedBlock(
-        source_lengths, source_values, target_lengths, target_values, empty, too_long
+        source_lengths, source_ids, target_lengths, target_ids, empty, too_long
     )
+
+
+def _keep(
+    lengths: np.ndarray, ids: np.ndarray, keep: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The lengths and flat ids of the pairs where `keep` is true."""
+    return lengths[keep], ids[np.repeat(keep, lengths)]
 
 
 def encode_corpus(

@@ -119,9 +119,10 @@ class ParallelCorpus:
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
-    """The SHA-256 of a file's bytes (read 1 MiB at a time)."""
+    """The SHA-256 of a file's bytes (read 1 MiB at a time); a file that
+    cannot be read is the readers' DataError."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with _open_bytes(Path(path)) as handle:
         while block := handle.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
@@ -137,17 +138,21 @@ def _plural(count: int, noun: str) -> str:
 _BLOCK_BYTES = 1 << 22
 
 
-def _open(path: Path) -> tuple[BinaryIO, bool]:
-    """`path` opened for reading bytes (decompressing if it starts with the
-    gzip magic), and whether it is gzip."""
+def _open_bytes(path: Path) -> BinaryIO:
     try:
-        handle = open(path, "rb")
+        return open(path, "rb")
     except FileNotFoundError as error:
         raise DataError(f"File not found: {path}") from error
     except IsADirectoryError as error:
         raise DataError(f"Expected a file but found a directory: {path}") from error
     except OSError as error:
         raise DataError(f"Cannot read {path}: {error}") from error
+
+
+def _open(path: Path) -> tuple[BinaryIO, bool]:
+    """`path` opened for reading bytes (decompressing if it starts with the
+    gzip magic), and whether it is gzip."""
+    handle = _open_bytes(path)
     if handle.read(2) != _GZIP_MAGIC:
         handle.seek(0)
         return handle, False
@@ -230,6 +235,8 @@ def _split_lines(text: str) -> list[str]:
     lines = text.split("\n")
     if lines[-1] == "":  # The block ends with a newline: no extra line.
         lines.pop()
+    if "\r" not in text:  # Most files: no line to look at.
+        return lines
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
@@ -296,7 +303,9 @@ class TextStream:
     def _lines(self, data: bytes, is_last: bool) -> list[str]:
         first = self.lines_read + 1
         self._check_no_nul(data, first)
-        self._count_line_ends(data, first, is_last)
+        bare = self._count_bare_crs(data, first) if b"\r" in data else 0
+        if is_last and self._bare_cr:
+            self._check_line_ends(data)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -313,11 +322,12 @@ class TextStream:
             lines = _split_lines(text)
         if first == 1 and lines and lines[0].startswith(_UTF8_BOM):
             lines[0] = lines[0][1:]
-        # A CR in the bytes but not only in CRLF ends: find its line.
-        if self.first_cr_line is None and data.count(b"\r") > data.count(b"\r\n"):
+        if bare and self.first_cr_line is None:  # A CR kept inside a line.
             inner = next((n for n, line in enumerate(lines) if "\r" in line), None)
             if inner is not None:
                 self.first_cr_line = first + inner
+        # Every line but an unterminated last one ends with a newline.
+        self._newlines += len(lines) - (not data.endswith(b"\n"))
         self.lines_read += len(lines)
         self._offset += len(data)
         return lines
@@ -333,22 +343,25 @@ class TextStream:
                 "with --lenient-utf8 too."
             )
 
-    def _count_line_ends(self, data: bytes, first: int, is_last: bool) -> None:
-        # More bare CRs than newlines in the whole file: the CRs are the line
-        # ends (classic Mac files), and the file would read as a few huge
-        # lines. A stray CR inside a sentence of an LF file stays text (see
-        # the module notes). Checked at the last block, before it is decoded.
+    def _count_bare_crs(self, data: bytes, first: int) -> int:
+        """Count the block's CRs that are not in a CRLF; note the first."""
         bare = data.count(b"\r") - data.count(b"\r\n")
         self._bare_cr += bare
-        self._newlines += data.count(b"\n")
         if bare and self._first_bare_cr is None:
             offset = _first_bare_cr(data)
             self._first_bare_cr = _position(
                 data, offset, self._is_gzip, first, self._offset
             )
-        # A file's last CR ends its last line either way: not counted.
-        final_cr = is_last and data.endswith(b"\r")
-        if is_last and self._bare_cr - final_cr > self._newlines:
+        return bare
+
+    def _check_line_ends(self, last: bytes) -> None:
+        # More bare CRs than newlines in the whole file: the CRs are the line
+        # ends (classic Mac files), and the file would read as a few huge
+        # lines. A stray CR inside a sentence of an LF file stays text (see
+        # the module notes). Checked at the last block, before it is decoded;
+        # a file's last CR ends its last line either way: not counted.
+        newlines = self._newlines + last.count(b"\n")
+        if self._bare_cr - last.endswith(b"\r") > newlines:
             raise DataError(
                 f"{self.name}: lines end with a bare carriage return (\\r without "
                 f"\\n, classic Mac line ends): {self._bare_cr} of them, the first "

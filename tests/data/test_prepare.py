@@ -407,6 +407,13 @@ def test_cli_prepare_bad_input_exits_2_naming_the_file(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "keras-transformer prepare: error" in err and str(target) in err
+    missing = tmp_path / "missing.de"
+    code = main([
+        "prepare", "--dataset", "files", "--train-src", str(source),
+        "--train-tgt", str(missing), "--out", str(tmp_path / "out"),
+    ])  # fmt: skip
+    assert code == 2
+    assert f"File not found: {missing}" in capsys.readouterr().err
 
 
 def test_prepare_options_are_checked_naming_the_flag():
