@@ -12,8 +12,9 @@ sentences (about 27 tokens a side, WMT's lengths). For each corpus:
   pairs per second, and the store's size on disk;
 - `train --dataset store:DIR` (tiny preset, `--steps` updates) in a child
   process: its peak resident memory (VmHWM), and the time from the child's
-  start to the end of the first update, split into "data" (the store opened
-  and the epoch planned, when the model build begins) and the rest (model
+  start to the end of the first update, split into the imports (Python,
+  Keras and the backend), "data" (the store opened and checked, the pairs'
+  buckets, the first epoch's plan) and the rest (run directory, model
   build, compile, the first step);
 - the input pipeline alone: real target tokens per second of
   `BucketedBatches` over the store, at 2,048 and at 25,000 target tokens per
@@ -22,8 +23,11 @@ sentences (about 27 tokens a side, WMT's lengths). For each corpus:
     python benchmarks/corpus_scale.py --multi30k ../shared/data/multi30k \\
         --sizes 29000,290000,2900000,29000000 --wmt-like 2900000 --write
 
-The corpora and stores take several GB (about 4.5 GB of text and 1.7 GB of
-store at 29M pairs); `--work` is deleted at the end unless `--keep`.
+The corpora and stores take several GB (at 29M pairs about 4 GB of text and
+two stores of about 2 GB); each corpus is deleted once measured, unless
+`--keep`. Each corpus's row goes to `--results` as soon as it is measured,
+and a corpus already there is skipped: a long run can be stopped and taken
+up again.
 """
 
 from __future__ import annotations
@@ -153,6 +157,7 @@ def child(store: str, run: str, steps: str) -> None:
 
     from keras_transformer import training
     from keras_transformer.data.datasets import DatasetSpec
+    from keras_transformer.data.pipeline import BucketedBatches
 
     marks: dict[str, float] = {"imported": time.time() - start}
     build = training.build_model
@@ -163,6 +168,17 @@ def child(store: str, run: str, steps: str) -> None:
         return build(*args, **kwargs)
 
     training.build_model = timed_build
+    # The first epoch's plan is made when the first batch is read, after
+    # the build: its time counts as data, not model.
+    plan_epoch = BucketedBatches._plan_epoch
+
+    def timed_plan(self, epoch):
+        started = time.perf_counter()
+        plan = plan_epoch(self, epoch)
+        marks["plan"] = marks.get("plan", 0.0) + time.perf_counter() - started
+        return plan
+
+    BucketedBatches._plan_epoch = timed_plan
 
     class FirstStep(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -228,10 +244,24 @@ def measure(args, name: str, pairs: int, wmt_like: bool, flip: bool) -> dict:
         row["train"] = train(store, corpus / "run", args.steps)
     print(f"[{name}] pipeline ...", flush=True)
     row["pipeline"] = pipeline_rates(store, args.seconds)
-    print(json.dumps(row), flush=True)
+    with open(args.results, "a", encoding="utf-8") as results:
+        results.write(json.dumps(row) + "\n")
     if not args.keep:
         shutil.rmtree(corpus)
     return row
+
+
+def _measured(path: Path) -> dict[str, dict]:
+    """Rows already in the results file (JSON keys back to int)."""
+    if not path.exists():
+        return {}
+    rows = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        row["prepare"] = {int(k): v for k, v in row["prepare"].items()}
+        row["pipeline"] = {int(k): v for k, v in row["pipeline"].items()}
+        rows[row["name"]] = row
+    return rows
 
 
 def _prepared(run: dict) -> str:
@@ -261,8 +291,9 @@ def table(rows: list[dict]) -> str:
         ]
         trained = row["train"]
         if trained:
-            data = trained["data"] - trained["imported"]
-            rest = trained["first_step"] - trained["data"]
+            plan = trained.get("plan", 0.0)
+            data = trained["data"] - trained["imported"] + plan
+            rest = trained["first_step"] - trained["data"] - plan
             cells += [
                 f"{trained['peak_rss_mb']:,.0f} MB",
                 f"{trained['first_step']:.1f} s ({trained['imported']:.1f} + "
@@ -289,12 +320,20 @@ def main() -> None:
     parser.add_argument("--skip-train", action="store_true")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--write", action="store_true")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=Path("corpus_scale.jsonl"),
+        help="each corpus's row is appended here as it is measured; a corpus "
+        "already in it is not measured again (delete it to start afresh)",
+    )
     args = parser.parse_args()
     corpora = [(f"{int(n):,}", int(n), False) for n in args.sizes.split(",") if n]
     if args.wmt_like:
         corpora.append((f"{args.wmt_like:,} WMT-like", args.wmt_like, True))
+    done = _measured(args.results)
     rows = [
-        measure(args, name, pairs, wmt_like, flip=index % 2 == 1)
+        done.get(name) or measure(args, name, pairs, wmt_like, flip=index % 2 == 1)
         for index, (name, pairs, wmt_like) in enumerate(corpora)
     ]
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")

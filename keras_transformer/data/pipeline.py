@@ -222,9 +222,14 @@ class BucketedBatches(keras.utils.PyDataset):
     ):
         super().__init__(**kwargs)
         if (pairs is None) == (source_ids is None and target_ids is None):
-            raise ValueError("Pass source_ids and target_ids, or pairs=, not both.")
+            raise ValueError(
+                "Pass the pairs once: source_ids and target_ids, or pairs=."
+            )
         if pairs is None:
-            pairs = TokenPairs.from_lists(source_ids or [], target_ids or [])
+            pairs = TokenPairs.from_lists(
+                [] if source_ids is None else source_ids,
+                [] if target_ids is None else target_ids,
+            )
         if not len(pairs):
             raise ValueError("No training pairs left: the training set is empty.")
         _check_positive(
