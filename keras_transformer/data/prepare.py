@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -46,7 +47,6 @@ from typing import Any
 from keras_transformer._user_cache import user_cache_root
 from keras_transformer.atomic_files import PARTIAL_MARK, atomic_directory
 from keras_transformer.data.block_encoding import (
-    EncodedBlock,
     EncoderPool,
     available_cores,
     encode_block,
@@ -435,33 +435,33 @@ class _Progress:
 
 
 @contextlib.contextmanager
-def _encoder(tokenizer, tokenizer_dir: Path, options: PrepareOptions, dtype: str):
-    """A function from (line numbers, source, target) blocks to
-    `EncodedBlock`s in order: worker processes for SentencePiece with
-    more than one worker, else this process (WordPiece is a TensorFlow op
-    that each worker would have to load)."""
+def _encoded(blocks: Iterator, tokenizer, tokenizer_dir: Path, options, dtype: str):
+    """The `EncodedBlock`s of (line numbers, source, target) blocks, in
+    order: from worker processes for SentencePiece with more than one
+    worker and more than one block, else from this process (a single block
+    gains nothing from workers; WordPiece is a TensorFlow op that each
+    worker would have to load)."""
     workers = options.workers or available_cores()
-    if workers > 1 and isinstance(tokenizer, SentencePieceTokenizer):
+    head = list(itertools.islice(blocks, 2))
+    blocks = itertools.chain(head, blocks)
+    if workers > 1 and len(head) > 1 and isinstance(tokenizer, SentencePieceTokenizer):
         model_file = str(tokenizer_dir / SentencePieceTokenizer.model_file)
-        pool = EncoderPool(
+        with EncoderPool(
             model_file, workers, max_length=options.max_length, dtype=dtype
-        )
-        with pool:
-            yield pool.map
+        ) as pool:
+            yield pool.map(blocks)
         return
-
-    def encode_here(blocks) -> Iterator[EncodedBlock]:
-        for lines, source, target in blocks:
-            yield encode_block(
-                tokenizer.encode,
-                source,
-                target,
-                lines,
-                max_length=options.max_length,
-                dtype=dtype,
-            )
-
-    yield encode_here
+    yield (
+        encode_block(
+            tokenizer.encode,
+            source,
+            target,
+            lines,
+            max_length=options.max_length,
+            dtype=dtype,
+        )
+        for lines, source, target in blocks
+    )
 
 
 def _encode_train(
@@ -477,8 +477,9 @@ def _encode_train(
         (range(b.first_line, b.first_line + len(b.source)), b.source, b.target)
         for b in source.blocks()
     )
-    with _encoder(tokenizer, staging / TOKENIZER_DIR, options, dtype) as encode:
-        for result in encode(blocks):
+    tokenizer_dir = staging / TOKENIZER_DIR
+    with _encoded(blocks, tokenizer, tokenizer_dir, options, dtype) as results:
+        for result in results:
             writer.append(result)
             empty += result.empty_lines
             too_long += result.too_long_lines

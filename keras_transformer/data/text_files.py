@@ -272,11 +272,12 @@ class TextStream:
         is_gzip: bool,
         *,
         lenient_utf8: bool = False,
-        block_bytes: int = _BLOCK_BYTES,
+        block_bytes: int | None = None,
     ):
         self.name = name
         self.lenient_utf8 = lenient_utf8
-        self._handle, self._is_gzip, self._block_bytes = handle, is_gzip, block_bytes
+        self._handle, self._is_gzip = handle, is_gzip
+        self._block_bytes = block_bytes or _BLOCK_BYTES
         self.lines_read = 0
         self.first_cr_line: int | None = None  # A '\r' kept inside a line.
         self._offset = 0
@@ -399,7 +400,7 @@ def open_text_stream(
     path: str | os.PathLike[str],
     *,
     lenient_utf8: bool = False,
-    block_bytes: int = _BLOCK_BYTES,
+    block_bytes: int | None = None,
 ) -> TextStream:
     """The lines of a text file (plain or gzip) as a `TextStream`."""
     path = Path(path)
@@ -448,7 +449,7 @@ def iter_parallel_files(
     target_path: str | os.PathLike[str],
     *,
     lenient_utf8: bool = False,
-    block_bytes: int = _BLOCK_BYTES,
+    block_bytes: int | None = None,
 ) -> Iterator[PairBlock]:
     """`read_parallel_files` block by block: memory is bounded by a block.
 
@@ -552,7 +553,7 @@ def iter_tsv(
     path: str | os.PathLike[str],
     *,
     lenient_utf8: bool = False,
-    block_bytes: int = _BLOCK_BYTES,
+    block_bytes: int | None = None,
 ) -> Iterator[PairBlock]:
     """`read_tsv` block by block: memory is bounded by a block."""
     stream = open_text_stream(path, lenient_utf8=lenient_utf8, block_bytes=block_bytes)

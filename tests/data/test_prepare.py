@@ -14,7 +14,7 @@ import pytest
 
 from keras_transformer import training
 from keras_transformer.cli import main
-from keras_transformer.data import prepare, token_store
+from keras_transformer.data import prepare, text_files, token_store
 from keras_transformer.data.datasets import DatasetSpec
 from keras_transformer.data.prepare import _SentenceSample, prepare_store
 from keras_transformer.data.text_files import DataError, read_parallel_files
@@ -252,10 +252,25 @@ def test_prepare_again_reuses_the_store_and_says_so(store, corpus):
     assert {p.name: p.stat().st_mtime_ns for p in store.path.iterdir()} == before
 
 
-def test_two_workers_write_the_same_store_as_one(store, corpus, tmp_path):
+def test_two_workers_write_the_same_store_as_one(store, corpus, tmp_path, monkeypatch):
     files, _, _ = corpus
+    pools = []
+    real = prepare.EncoderPool
+
+    def counted(*args, **kwargs):
+        pools.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prepare, "EncoderPool", counted)
+    # Blocks of a few hundred bytes: many blocks, shared by the workers.
+    monkeypatch.setattr(text_files, "_BLOCK_BYTES", 300)
     options = options_for(files, tmp_path / "two", workers=2)
     assert prepare_store(options, log=quiet).fingerprint == store.fingerprint
+    assert len(pools) == 1 and pools[0][1] == 2
+    pools.clear()
+    monkeypatch.setattr(text_files, "_BLOCK_BYTES", 1 << 22)  # One block:
+    prepare_store(options_for(files, tmp_path / "one", workers=2), log=quiet)
+    assert pools == []  # encoded here, without starting workers.
 
 
 def test_without_out_the_store_goes_to_the_cache_by_key(store, corpus):
