@@ -307,6 +307,44 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def against_targets(rows: list[dict]) -> str:
+    """The issue's targets, each with what this run measured."""
+    lines = []
+    trained = [row for row in rows if row["train"] and "WMT" not in row["name"]]
+    if len(trained) > 1:
+        small, large = trained[0], trained[-1]
+        ratio = large["train"]["peak_rss_mb"] / small["train"]["peak_rss_mb"]
+        lines.append(
+            f"- Training peak RSS at {large['name']} pairs / at {small['name']}: "
+            f"{ratio:.2f} (target at most 1.3)."
+        )
+    data = [
+        row["train"]["data"] - row["train"]["imported"] + row["train"].get("plan", 0)
+        for row in rows
+        if row["train"]
+    ]
+    if data:
+        lines.append(
+            f"- Start to first step beyond the imports and the model's build and "
+            f"compile (the store opened and checked, the epoch planned): at most "
+            f"{max(data):.1f} s (target at most 15 s)."
+        )
+    slowest = min(min(row["pipeline"].values()) for row in rows)
+    lines.append(
+        f"- Pipeline alone: at least {slowest / 1e6:.1f}M real target tokens/s "
+        "(target at least 1M)."
+    )
+    largest = rows[-2] if "WMT" in rows[-1]["name"] and len(rows) > 1 else rows[-1]
+    two = largest["prepare"][2]
+    lines.append(
+        f"- Prepare with 2 workers at {largest['name']} pairs: "
+        f"{two['pairs'] / two['seconds']:,.0f} pairs/s by the wall clock, "
+        f"{two['pairs'] / two['cpu']:,.0f} pairs per CPU-second of all its "
+        "processes (target at least 50k pairs/s on 2 cores)."
+    )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -340,6 +378,7 @@ def main() -> None:
     text = (
         f"{machine_line()}; backend {backend}; vocabulary {VOCAB_SIZE:,}; tiny "
         f"preset, {args.steps} updates of 2,048 target tokens.\n\n{table(rows)}"
+        f"\n\n{against_targets(rows)}"
     )
     print(text)
     if args.write:

@@ -436,4 +436,12 @@ def test_prepare_options_are_checked_naming_the_flag():
         PrepareOptions(workers=0)
     with pytest.raises(ValueError, match="already a store"):
         PrepareOptions(data=DatasetSpec(name="store:somewhere"))
-    assert dataclasses.fields(PrepareOptions)  # Flags come from its fields.
+
+
+def test_prepare_flags_come_from_prepare_options():
+    from keras_transformer.cli import build_parser
+
+    args = build_parser().parse_args(["prepare"])
+    for field in dataclasses.fields(PrepareOptions):
+        if field.metadata.get("flag", True):
+            assert getattr(args, field.name) == field.default, field.name
