@@ -445,3 +445,26 @@ def test_prepare_flags_come_from_prepare_options():
     for field in dataclasses.fields(PrepareOptions):
         if field.metadata.get("flag", True):
             assert getattr(args, field.name) == field.default, field.name
+
+
+def test_a_failure_while_workers_encode_stops_them_and_keeps_nothing(
+    corpus, tmp_path, monkeypatch
+):
+    files, _, _ = corpus
+    pools = []
+    real = prepare.EncoderPool
+
+    def kept(*args, **kwargs):
+        pools.append(real(*args, **kwargs))
+        return pools[-1]
+
+    monkeypatch.setattr(prepare, "EncoderPool", kept)
+    monkeypatch.setattr(text_files, "_BLOCK_BYTES", 300)  # Many blocks.
+    _full_disk_at(monkeypatch, "train.target.tokens")  # At the first block.
+    out = tmp_path / "store"
+    with pytest.raises(StoreWriteError, match="disk is full"):
+        prepare_store(options_for(files, out, workers=2), log=quiet)
+    assert not out.exists() and not list(tmp_path.glob(".store.partial*"))
+    assert len(pools) == 1
+    for process in pools[0]._processes:
+        assert process.poll() is not None  # No worker is left running.
