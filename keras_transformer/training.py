@@ -71,6 +71,7 @@ from keras_transformer.data.prepare import (
 from keras_transformer.data.text_files import DataError, PairBlock
 from keras_transformer.data.token_pairs import TokenPairs
 from keras_transformer.data.token_store import (
+    StoreError,
     StoreWriteError,
     TokenStore,
     open_store,
@@ -303,8 +304,18 @@ def _prepared_by_the_chief(options: PrepareOptions, plan: DistributionPlan):
             "process 0 could not prepare the training data; its error message "
             "says why (nothing was trained)."
         )
-    if store is None:  # Another process prepared it: the same inputs' path.
-        store = open_store(store_location(options), check_sources=False)
+    if store is None:  # Process 0 prepared it: the same inputs' path.
+        where = store_location(options)
+        try:
+            store = open_store(where, check_sources=False)
+        except StoreError as error:
+            raise StoreError(
+                f"process {plan.shard_index} cannot read the store process 0 "
+                f"prepared in {where} ({error}). Every process must read the "
+                "same store: prepare it on a file system they all see "
+                "(keras-transformer prepare ... --out DIR) and train with "
+                "--dataset store:DIR."
+            ) from error
     return store
 
 
