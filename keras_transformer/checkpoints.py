@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import errno
-import hashlib
 import json
 import os
 import re
@@ -46,6 +45,7 @@ from keras_transformer.atomic_files import (
     atomic_write_with,
 )
 from keras_transformer.data.pipeline import DataPosition
+from keras_transformer.data.text_files import sha256_file
 
 _STEM = "ckpt-{step:08d}"
 _NAME = re.compile(r"ckpt-(\d+)\.(keras|json)")
@@ -71,14 +71,6 @@ class Checkpoint:
     @property
     def metadata_path(self) -> Path:
         return self.path.with_suffix(".json")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _seed_state_variables(model: keras.Model) -> list:
@@ -228,7 +220,7 @@ def _write_metadata(
             for v in _seed_state_variables(model)
         ],
         size=path.stat().st_size,
-        sha256=_sha256(path),
+        sha256=sha256_file(path),
         metric_states=metrics,
         random_state=random_state(),
     )
@@ -301,7 +293,7 @@ def _check_files(checkpoint: Checkpoint) -> None:
             f"{path} has {size} bytes, its metadata says {checkpoint.size} "
             "(truncated or overwritten)"
         )
-    if _sha256(path) != checkpoint.sha256:
+    if sha256_file(path) != checkpoint.sha256:
         raise ValueError(f"{path} does not match the SHA-256 in its metadata")
 
 

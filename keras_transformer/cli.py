@@ -1,7 +1,9 @@
-"""`keras-transformer` command line: train, translate, evaluate, summary.
+"""`keras-transformer` command line: prepare, train, translate, evaluate, summary.
 
 keras-transformer train                      # tiny model, built-in corpus
 keras-transformer train --dataset multi30k --data-dir DIR --preset small
+keras-transformer prepare --dataset files --train-src S --train-tgt T --out DIR
+keras-transformer train --dataset store:DIR  # a prepared store
 keras-transformer translate --run-dir R < input.en > output.de
 keras-transformer evaluate --run-dir R --src test.en --ref test.de
 keras-transformer average --run-dir R --last 5
@@ -9,17 +11,17 @@ keras-transformer serve --run-dir R          # http://127.0.0.1:8080/
 
 Exit status: 0 done; 1 training diverged (NaN or Inf loss; the message names
 the step); 2 bad input or settings, or a run directory in use by another
-`train` (nothing was trained); 74 a file of the run could not be written, a
-full disk (the message names the file and the step; the earlier checkpoints
-are intact: free space and run it again to resume); 75 training was stopped
-by SIGTERM or Ctrl-C after saving a checkpoint: run it again to resume.
+`train` (nothing was trained); 74 a file of the run or of a store could not
+be written, a full disk (the message names the file; the earlier
+checkpoints are intact, and nothing of a new store is kept: free space and
+run it again); 75 training was stopped by SIGTERM or Ctrl-C after saving a
+checkpoint: run it again to resume.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 import typing
 from pathlib import Path
@@ -38,6 +40,17 @@ Running the same command again after an interruption (SIGTERM, Ctrl-C, a
 crash) resumes exactly: weights, optimizer, step, learning rate, dropout RNG
 and data position. A run directory holding a run with other settings is
 refused before anything is touched; --overwrite moves it aside first.
+"""
+
+
+PREPARE_HELP = """Read a corpus once and write a token store that train reads
+through a memory map (--dataset store:DIR): the joint tokenizer, learned from
+a seeded sample, and every pair's token ids in flat files, written by
+--workers processes into a staging directory and renamed into place when
+whole. Running it again on the same inputs and settings reuses the store.
+Bad input (unequal line counts, invalid UTF-8, NUL bytes, an empty training
+set) is an error naming the file and line; empty and over-long training
+pairs are dropped and reported with their line numbers.
 """
 
 
@@ -106,7 +119,7 @@ def _add_option(parser: argparse.ArgumentParser, field: dataclasses.Field) -> No
         kind = str
     if kind is not str and meta.get("minimum") is not None:
         kind = _at_least(meta["minimum"], kind)
-    if field.type == "str" and meta.get("choices") is None:
+    if field.type.startswith("str") and meta.get("choices") is None:
         kind = str
     default = field.default
     parser.add_argument(
@@ -118,13 +131,17 @@ def _add_option(parser: argparse.ArgumentParser, field: dataclasses.Field) -> No
     )
 
 
-def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    from keras_transformer.data.datasets import DatasetSpec
-    from keras_transformer.options import TrainOptions
-
-    for field in dataclasses.fields(TrainOptions):
+def _add_setting_flags(parser: argparse.ArgumentParser, settings) -> None:
+    """A flag for each field of the dataclass `settings` that has one."""
+    for field in dataclasses.fields(settings):
         if field.metadata.get("flag", True):
             _add_option(parser, field)
+
+
+def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    from keras_transformer.options import TrainOptions
+
+    _add_setting_flags(parser, TrainOptions)
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -140,13 +157,26 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
         help="split the host CPU into N devices (simulates N accelerators "
         "for --distribute on a laptop or in tests)",
     )
+    _add_data_arguments(parser, store=True)
+
+
+def _add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
+    from keras_transformer.options import PrepareOptions
+
+    _add_setting_flags(parser, PrepareOptions)
+    _add_data_arguments(parser, store=False)
+
+
+def _add_data_arguments(parser: argparse.ArgumentParser, *, store: bool) -> None:
+    from keras_transformer.data.datasets import DatasetSpec
+
     data = parser.add_argument_group("data")
     spec = DatasetSpec()
+    names = "builtin (generated offline) | multi30k | files | tfds:NAME"
+    if store:
+        names += " | store:DIR (made by keras-transformer prepare)"
     data.add_argument(
-        "--dataset",
-        default=spec.name,
-        help="builtin (generated offline) | multi30k | files | tfds:NAME "
-        f"(default: {spec.name})",
+        "--dataset", default=spec.name, help=f"{names} (default: {spec.name})"
     )
     data.add_argument(
         "--data-dir",
@@ -190,11 +220,10 @@ def _files_spec(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
     return files
 
 
-def _train_options(args: argparse.Namespace):
+def _dataset_spec(args: argparse.Namespace):
     from keras_transformer.data.datasets import DatasetSpec
-    from keras_transformer.options import TrainOptions
 
-    data = DatasetSpec(
+    return DatasetSpec(
         name=args.dataset,
         builtin_size=args.builtin_size,
         data_dir=args.data_dir,
@@ -203,19 +232,25 @@ def _train_options(args: argparse.Namespace):
         files=_files_spec(args),
         lenient_utf8=args.lenient_utf8,
     )
-    values = {
+
+
+def _setting_values(args: argparse.Namespace, settings) -> dict[str, Any]:
+    """The flags' values of the dataclass `settings`'s fields."""
+    return {
         field.name: getattr(args, field.name)
-        for field in dataclasses.fields(TrainOptions)
+        for field in dataclasses.fields(settings)
         if field.metadata.get("flag", True)
     }
-    return TrainOptions(overrides=parse_overrides(args.overrides), data=data, **values)
 
 
-def _available_cores() -> int:
-    """CPU cores this process may run on (its affinity, else the machine's)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+def _train_options(args: argparse.Namespace):
+    from keras_transformer.options import TrainOptions
+
+    return TrainOptions(
+        overrides=parse_overrides(args.overrides),
+        data=_dataset_spec(args),
+        **_setting_values(args, TrainOptions),
+    )
 
 
 def _check_cpu_devices(count: int) -> None:
@@ -224,7 +259,9 @@ def _check_cpu_devices(count: int) -> None:
     the slowest: oversubscribed, one step took over 10 minutes (64 devices
     on 2 cores) and a SIGTERM as long to take effect. Capping instead would
     change the replica count, and so the batches, behind the user's back."""
-    cores = _available_cores()
+    from keras_transformer.data.block_encoding import available_cores
+
+    cores = available_cores()
     if count > cores:
         raise ValueError(
             f"--cpu-devices {count}: this machine has {cores} CPU core(s) for "
@@ -252,9 +289,27 @@ def _train(args: argparse.Namespace) -> int:
     except training.TrainingDiverged as error:
         print(f"keras-transformer train: error: {error}", file=sys.stderr)
         return 1
-    except training.RunWriteError as error:
+    except (training.RunWriteError, training.StoreWriteError) as error:
         print(f"keras-transformer train: error: {error}", file=sys.stderr)
         return training.EXIT_WRITE_FAILED
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from keras_transformer.data.prepare import prepare_store
+    from keras_transformer.data.token_store import StoreWriteError
+    from keras_transformer.options import PrepareOptions
+    from keras_transformer.training import EXIT_WRITE_FAILED
+
+    options = PrepareOptions(
+        data=_dataset_spec(args), **_setting_values(args, PrepareOptions)
+    )
+    try:
+        store = prepare_store(options)
+    except StoreWriteError as error:
+        print(f"keras-transformer prepare: error: {error}", file=sys.stderr)
+        return EXIT_WRITE_FAILED
+    print(f"train on it with: keras-transformer train --dataset store:{store.path}")
     return 0
 
 
@@ -511,6 +566,14 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
     )
+    _add_prepare_arguments(
+        commands.add_parser(
+            "prepare",
+            help="read a corpus once into a token store that train memory-maps",
+            description=PREPARE_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
     translate = commands.add_parser("translate", help="translate lines")
     _add_decoding_arguments(translate)
     translate.add_argument("--input", help="file to translate (default: stdin)")
@@ -582,6 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 _COMMANDS = {
     "train": _train,
+    "prepare": _prepare,
     "translate": _translate,
     "evaluate": _evaluate,
     "summary": _summary,

@@ -119,19 +119,27 @@ class DistributionPlan:
 
     def barrier(self, name: str) -> None:
         """Wait until every process gets here (no-op in one process)."""
+        self.all_ok(True, name)
+
+    def all_ok(self, ok: bool, name: str) -> bool:
+        """Whether every process says `ok`: a barrier that carries one bit,
+        so that work done by the chief alone (preparing the data) can fail
+        without leaving the others waiting for it."""
         if self.num_shards == 1:
-            return
+            return ok
+        failed = 0.0 if ok else 1.0
         if self.strategy is not None:
             import tensorflow as tf
 
             # An all-reduce over every replica returns only when all have
             # joined it.
-            ones = self.strategy.run(lambda: tf.constant(1.0))
-            self.strategy.reduce("SUM", ones, axis=None)
-            return
+            flags = self.strategy.run(lambda: tf.constant(failed))
+            return float(self.strategy.reduce("SUM", flags, axis=None)) == 0.0
+        import numpy as np
         from jax.experimental import multihost_utils
 
-        multihost_utils.sync_global_devices(name)
+        flags = multihost_utils.process_allgather(np.array([failed], np.float32))
+        return not np.asarray(flags).any()
 
     def describe(self) -> str:
         if self.mode == "none":

@@ -1,9 +1,12 @@
-"""`TrainOptions`: every training setting, its default, range and help text.
+"""`TrainOptions` and `PrepareOptions`: every setting of `train` and
+`prepare`, its default, range and help text.
 
-The one place they live: `train()` takes a `TrainOptions`, and the CLI's
-`train` flags are made from its fields (`tokens_per_batch` is
-`--tokens-per-batch`), so defaults cannot drift apart. Light to import: the
-command line reads it before Keras starts.
+The one place they live: `train()` takes a `TrainOptions`, `prepare_store()`
+a `PrepareOptions`, and the CLI's flags are made from their fields
+(`tokens_per_batch` is `--tokens-per-batch`), so defaults cannot drift
+apart. The settings both have (the tokenizer, its vocabulary, the length
+filter) are made by one function each. Light to import: the command line
+reads it before Keras starts.
 """
 
 from __future__ import annotations
@@ -25,6 +28,35 @@ DISTRIBUTE_MODES = ("auto", "none", "mirrored", "multiworker")
 # tokenizer gives source and target one vocabulary of --vocab-size pieces.
 TOKENIZER_OWNED_FIELDS = ("vocab_size", "target_vocab_size")
 
+# The settings `train` shares with `prepare`: a store records them, and
+# `train --dataset store:DIR` takes them from it.
+STORE_SETTINGS = ("tokenizer", "vocab_size", "max_length")
+
+
+def _tokenizer_setting():
+    return setting("sentencepiece", "joint subword tokenizer", choices=TOKENIZER_KINDS)
+
+
+def _vocab_size_setting():
+    return setting(4000, "joint subword vocabulary to learn", minimum=8)
+
+
+def _max_length_setting():
+    return setting(128, "longer training pairs are dropped (and reported)", minimum=2)
+
+
+def _tokenizer_sample_setting():
+    # SentencePiece learns a vocabulary of tens of thousands of pieces from a
+    # million pairs as well as from all of WMT, in minutes and a few GB;
+    # fairseq's and OpenNMT's recipes sample similar numbers. A corpus at most
+    # this size is learned from whole, in its own order.
+    return setting(
+        2_000_000,
+        "sentences (both sides) the tokenizer learns from: a seeded sample of "
+        "the training set when it holds more",
+        minimum=1,
+    )
+
 
 @dataclasses.dataclass
 class TrainOptions:
@@ -43,19 +75,15 @@ class TrainOptions:
     preset: str = setting("tiny", "model size (Table 3 presets)", choices=PRESETS)
     overrides: dict[str, Any] = setting({}, "TransformerConfig fields", flag=False)
     data: DatasetSpec = setting(DatasetSpec(), "the corpus", flag=False)
-    tokenizer: str = setting(
-        "sentencepiece", "joint subword tokenizer", choices=TOKENIZER_KINDS
-    )
-    vocab_size: int = setting(4000, "joint subword vocabulary to learn", minimum=8)
+    tokenizer: str = _tokenizer_setting()
+    vocab_size: int = _vocab_size_setting()
     tokens_per_batch: int = setting(
         2048, "padded target tokens per optimizer batch (all devices)", minimum=1
     )
     accumulation_steps: int = setting(
         1, "batches per optimizer update (gradient accumulation)", minimum=1
     )
-    max_length: int = setting(
-        128, "longer training pairs are dropped (and reported)", minimum=2
-    )
+    max_length: int = _max_length_setting()
     epochs: int = setting(1000, "stop after this many passes over the data", minimum=1)
     max_steps: int | None = setting(
         None, "stop after this many optimizer updates in all", minimum=1
@@ -125,4 +153,41 @@ def _check_overrides(overrides: dict[str, Any], vocab_size: int) -> None:
                 "tokenizer decides the vocabulary size, one joint vocabulary "
                 f"for source and target; set --vocab-size (vocab_size="
                 f"{vocab_size} now) instead, and drop the --set."
+            )
+
+
+@dataclasses.dataclass
+class PrepareOptions:
+    """Settings of `keras-transformer prepare` (`prepare_store`): which
+    corpus, how to learn the tokenizer and filter it, and where the store
+    goes. `train` on text prepares with these settings on first use."""
+
+    out: str | None = setting(
+        None,
+        "the store's directory; none: a cache directory found by the inputs' "
+        "fingerprint ($KERAS_TRANSFORMER_CACHE/stores/, else "
+        "~/.cache/keras_transformer/stores/)",
+    )
+    data: DatasetSpec = setting(DatasetSpec(), "the corpus", flag=False)
+    tokenizer: str = _tokenizer_setting()
+    vocab_size: int = _vocab_size_setting()
+    tokenizer_sample: int = _tokenizer_sample_setting()
+    max_length: int = _max_length_setting()
+    seed: int = setting(
+        0, "seed of the tokenizer's sample", minimum=0, maximum=2**32 - 1
+    )
+    workers: int | None = setting(
+        None, "encoding processes; none: one per core this process may use", minimum=1
+    )
+    overwrite: bool = setting(
+        False, "replace a store in --out made from other inputs or settings"
+    )
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            check_setting(field, getattr(self, field.name))
+        if self.data.name.startswith("store:"):
+            raise ValueError(
+                f"--dataset {self.data.name} is already a store; prepare reads "
+                "text (builtin, multi30k, files, tfds:NAME)."
             )

@@ -3,8 +3,11 @@
 `train(options)` runs a whole job in a run directory (see `run_directory`):
 it starts a new run, or resumes an interrupted one exactly (weights,
 optimizer, step, learning rate, dropout RNG, data position), or refuses a
-run directory that holds another run. The same work is available in public
-steps that a notebook calls around its own `model.fit`:
+run directory that holds another run. It reads its data from a prepared
+token store (`data.token_store`), memory-mapped: `--dataset store:DIR`, or
+the store that `prepare_training_store` makes from text on first use and
+finds again by its inputs' fingerprint. The same work is available in
+public steps that a notebook calls around its own `model.fit`, in memory:
 
     options = TrainOptions(preset="tiny", max_steps=500)
     splits = load_splits(options)
@@ -16,6 +19,9 @@ steps that a notebook calls around its own `model.fit`:
               validation_data=data.valid.for_fit())
     scores = evaluate_split(Translator(model, tokenizer), splits["test"])
 
+or from a store: `store = prepare_training_store(options)`, then
+`store_batches(options, store)` and `store.tokenizer()`.
+
 `TrainOptions` is the one place where every training setting, its default,
 its range and its help text live; the CLI's `train` flags are made from it.
 """
@@ -24,10 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import sys
-import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,15 +54,29 @@ from keras_transformer.callbacks import (
 )
 from keras_transformer.checkpoints import RunWriteError
 from keras_transformer.config import TransformerConfig
-from keras_transformer.data.datasets import load_dataset
+from keras_transformer.data.datasets import STORE_PREFIX, load_dataset
 from keras_transformer.data.pipeline import (
     DEFAULT_BUCKETS,
     BucketedBatches,
     DataPosition,
+    FilterReport,
     bucket_lengths,
-    filter_pairs,
+    encode_pairs,
 )
-from keras_transformer.data.tokenizer import train_tokenizer
+from keras_transformer.data.prepare import (
+    learn_tokenizer,
+    prepare_store,
+    store_location,
+)
+from keras_transformer.data.text_files import DataError, PairBlock
+from keras_transformer.data.token_pairs import TokenPairs
+from keras_transformer.data.token_store import (
+    StoreError,
+    StoreWriteError,
+    TokenStore,
+    open_store,
+    tokenizer_sha256,
+)
 from keras_transformer.distribution import DistributionPlan, setup_distribution
 from keras_transformer.evaluation import BleuResult, evaluate_split
 from keras_transformer.losses import LabelSmoothedCrossEntropy
@@ -68,7 +86,7 @@ from keras_transformer.metrics import (
     TokenPerplexity,
 )
 from keras_transformer.model import build_transformer
-from keras_transformer.options import TrainOptions
+from keras_transformer.options import STORE_SETTINGS, PrepareOptions, TrainOptions
 from keras_transformer.run_directory import RunBusy, RunConflict, RunDirectory
 from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
 from keras_transformer.translator import Translator
@@ -78,6 +96,7 @@ __all__ = [
     "EXIT_WRITE_FAILED",
     "RunBusy",
     "RunWriteError",
+    "StoreWriteError",
     "TrainOptions",
     "TrainingData",
     "TrainingDiverged",
@@ -85,11 +104,12 @@ __all__ = [
     "TrainResult",
     "build_model",
     "compile_model",
-    "data_fingerprint",
     "load_splits",
     "model_config",
     "prepare_batches",
     "prepare_tokenizer",
+    "prepare_training_store",
+    "store_batches",
     "train",
 ]
 
@@ -130,44 +150,19 @@ def load_splits(options: TrainOptions) -> dict[str, Any]:
     return splits
 
 
-def data_fingerprint(splits: dict[str, Any]) -> str:
-    """SHA-256 of every split's text: a resumed run must see the same data."""
-    digest = hashlib.sha256()
-    for name in sorted(splits):
-        digest.update(f"\0split {name}\0".encode())
-        for source, target in zip(splits[name].source, splits[name].target):
-            digest.update(f"{source}\t{target}\n".encode())
-    return digest.hexdigest()
-
-
 def prepare_tokenizer(options: TrainOptions, splits: dict[str, Any]):
-    """Learn the joint vocabulary from the training split."""
-    started = time.monotonic()
+    """Learn the joint vocabulary from the training split (as `prepare`
+    does: from a seeded sample of at most its default number of sentences)."""
     train = splits["train"]
-    texts = [t for t in train.source + train.target if t.strip()]
-    tokenizer = train_tokenizer(
-        texts,
-        options.vocab_size,
+    return learn_tokenizer(
+        [PairBlock(1, train.source, train.target)],
+        train.origin,
         kind=options.tokenizer,
+        vocab_size=options.vocab_size,
+        sample_size=PrepareOptions().tokenizer_sample,
         seed=options.seed,
-        origin=train.origin,
+        log=_log,
     )
-    _log(
-        f"learned a joint {options.tokenizer} vocabulary of {tokenizer.vocab_size} "
-        f"in {time.monotonic() - started:.1f}s"
-    )
-    return tokenizer
-
-
-def _filter_pairs(corpus, tokenizer, max_length: int):
-    source, target, report = filter_pairs(corpus, tokenizer, max_length)
-    _log(report.summary(corpus.origin))
-    if not report.kept:
-        raise ValueError(
-            f"{corpus.origin}: no training pairs left after filtering "
-            f"({report.summary(corpus.origin)}). Check the files and --max-length."
-        )
-    return source, target
 
 
 def _check_budget(tokens_per_batch: int, pairs: int, longest: int, origin: str) -> None:
@@ -190,8 +185,44 @@ def prepare_batches(
     plan: DistributionPlan | None = None,
     buckets: Sequence[int] = DEFAULT_BUCKETS,
 ) -> TrainingData:
-    """Token-budget batches of the training and validation splits, padded
-    to the lengths of `buckets` up to `options.max_length`."""
+    """Token-budget batches of the training and validation splits (held in
+    memory), padded to the lengths of `buckets` up to `options.max_length`:
+    the batches a store of the same corpus and tokenizer gives."""
+    train, report = encode_pairs(splits["train"], tokenizer, options.max_length)
+    _log(report.summary(splits["train"].origin))
+    report.check_pairs_left(splits["train"].origin)
+    valid = None
+    if "valid" in splits and len(splits["valid"]):
+        valid, _ = encode_pairs(splits["valid"], tokenizer, None)
+    origin = splits["train"].origin
+    return _batches(options, train, valid, origin, plan, buckets)
+
+
+def store_batches(
+    options: TrainOptions,
+    store: TokenStore,
+    plan: DistributionPlan | None = None,
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+) -> TrainingData:
+    """`prepare_batches` from a prepared store: the same batches, read
+    through a memory map, with the store's length filter (see
+    `check_store_settings`)."""
+    check_store_settings(options, store)
+    options = store_settings(options, store)
+    valid = store.pairs("valid") if "valid" in store.splits else None
+    if valid is not None and not len(valid):
+        valid = None
+    return _batches(options, store.pairs("train"), valid, store.origin(), plan, buckets)
+
+
+def _batches(
+    options: TrainOptions,
+    train: TokenPairs,
+    valid: TokenPairs | None,
+    origin: str,
+    plan: DistributionPlan | None,
+    buckets: Sequence[int],
+) -> TrainingData:
     plan = plan or DistributionPlan("none")
     buckets = bucket_lengths(options.max_length, buckets)
     common = dict(
@@ -201,37 +232,114 @@ def prepare_batches(
         shard_index=plan.shard_index,
         num_shards=plan.num_shards,
     )
-    source, target = _filter_pairs(splits["train"], tokenizer, options.max_length)
-    _check_budget(
-        options.tokens_per_batch, len(source), buckets[-1], splits["train"].origin
-    )
-    train = BucketedBatches(
-        source,
-        target,
+    _check_budget(options.tokens_per_batch, len(train), buckets[-1], origin)
+    batches = BucketedBatches(
+        pairs=train,
         seed=options.seed,
         accumulation_steps=options.accumulation_steps,
         **common,
     )
-    valid = None
-    if "valid" in splits and len(splits["valid"]):
-        # Validation pairs are never dropped for length: the last bucket is
-        # the smallest that holds the longest pair (the pair's own length
-        # past --max-length), so no pair pads further than it must.
-        corpus = splits["valid"]
-        source = tokenizer.encode(corpus.source)
-        target = tokenizer.encode(corpus.target)
-        longest = max(max(len(s), len(t) + 1) for s, t in zip(source, target))
-        valid_buckets = tuple(b for b in buckets if b < longest) + (
-            min((b for b in buckets if b >= longest), default=longest),
+    if valid is None:
+        return TrainingData(train=batches, valid=None)
+    # Validation pairs are never dropped for length: the last bucket is
+    # the smallest that holds the longest pair (the pair's own length past
+    # --max-length), so no pair pads further than it must.
+    longest = max(
+        int(max(source.max(), target.max() + 1))
+        for _, source, target in valid.length_blocks()
+    )
+    valid_buckets = tuple(b for b in buckets if b < longest) + (
+        min((b for b in buckets if b >= longest), default=longest),
+    )
+    budget = max(options.tokens_per_batch, valid_buckets[-1] * plan.num_replicas)
+    valid_batches = BucketedBatches(
+        pairs=valid,
+        shuffle=False,
+        **{**common, "buckets": valid_buckets, "tokens_per_batch": budget},
+    )
+    return TrainingData(train=batches, valid=valid_batches)
+
+
+def prepare_options(options: TrainOptions) -> PrepareOptions:
+    """The `prepare` settings `train` uses on text: its data, tokenizer,
+    vocabulary and length filter; the rest at their defaults (the sample's
+    seed is prepare's own, so runs of other seeds share one store)."""
+    return PrepareOptions(
+        data=options.data,
+        **{name: getattr(options, name) for name in STORE_SETTINGS},
+    )
+
+
+def prepare_training_store(
+    options: TrainOptions, plan: DistributionPlan | None = None
+) -> TokenStore:
+    """The store `train` reads: `--dataset store:DIR` opened (refused if its
+    source files changed since), or the store of the text corpus, prepared
+    on first use into the cache and found there by its fingerprint after.
+
+    In a multi-process run the chief (process 0) prepares alone while the
+    others wait; then every process maps the same files. A failure on the
+    chief is raised there, and the others stop too, naming it."""
+    plan = plan or DistributionPlan("none")
+    name = options.data.name
+    if name.startswith(STORE_PREFIX):
+        store = open_store(name[len(STORE_PREFIX) :])
+    else:
+        store = _prepared_by_the_chief(prepare_options(options), plan)
+    check_store_settings(options, store)
+    return store
+
+
+def _prepared_by_the_chief(options: PrepareOptions, plan: DistributionPlan):
+    store, error = None, None
+    if plan.is_chief:
+        try:
+            store = prepare_store(options, log=_log, verify_reused=False)
+        except Exception as caught:  # noqa: BLE001 - raised below, on every process.
+            error = caught
+    if not plan.all_ok(error is None, "store-prepared"):
+        if error is not None:
+            raise error
+        raise DataError(
+            "process 0 could not prepare the training data; its error message "
+            "says why (nothing was trained)."
         )
-        budget = max(options.tokens_per_batch, valid_buckets[-1] * plan.num_replicas)
-        valid = BucketedBatches(
-            source,
-            target,
-            shuffle=False,
-            **{**common, "buckets": valid_buckets, "tokens_per_batch": budget},
-        )
-    return TrainingData(train=train, valid=valid)
+    if store is None:  # Process 0 prepared it: the same inputs' path.
+        where = store_location(options)
+        try:
+            store = open_store(where, check_sources=False)
+        except StoreError as error:
+            raise StoreError(
+                f"process {plan.shard_index} cannot read the store process 0 "
+                f"prepared in {where} ({error}). Every process must read the "
+                "same store: prepare it on a file system they all see "
+                "(keras-transformer prepare ... --out DIR) and train with "
+                "--dataset store:DIR."
+            ) from error
+    return store
+
+
+def check_store_settings(options: TrainOptions, store: TokenStore) -> None:
+    """A store fixes the tokenizer, its vocabulary and the length filter:
+    `options` takes them from it (through `store_settings`); a value that
+    is not the default and differs from the store's is refused."""
+    defaults = TrainOptions()
+    for name in STORE_SETTINGS:
+        given, stored = getattr(options, name), store.settings[name]
+        if given != stored and given != getattr(defaults, name):
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(
+                f"{flag} {given}: the store {store.path} was prepared with "
+                f"{flag} {stored}, which training on it uses. Drop {flag}, or "
+                "prepare another store with it."
+            )
+
+
+def store_settings(options: TrainOptions, store: TokenStore) -> TrainOptions:
+    """`options` with the store's tokenizer, vocabulary and length filter."""
+    return dataclasses.replace(
+        options, **{name: store.settings[name] for name in STORE_SETTINGS}
+    )
 
 
 # --- model ------------------------------------------------------------------------
@@ -331,6 +439,16 @@ def _verbosity(options: TrainOptions) -> int:
     return int(options.verbose)
 
 
+def _log_store(store: TokenStore) -> None:
+    splits = store.manifest["splits"]
+    counts = ", ".join(f"{name} {info['pairs']:,}" for name, info in splits.items())
+    _log(
+        f"data: {store.origin()}: {counts} (store {store.path}, fingerprint "
+        f"{store.fingerprint[:12]})"
+    )
+    _log(FilterReport(**store.filter_report()).summary(store.origin()))
+
+
 class _StopAtEpochEnd(keras.callbacks.Callback):
     """Ends a fit after its first epoch (the rest of a resumed epoch)."""
 
@@ -394,8 +512,13 @@ class _Job:
             removed = self.run.remove_partials()
             if removed:
                 _log(f"removed {len(removed)} partial files of an interrupted write")
-        self.splits = load_splits(options)
-        self.identity = run_identity(options, data_fingerprint(self.splits), plan)
+        self.store = prepare_training_store(options, plan)
+        self.options = options = store_settings(options, self.store)
+        self.evaluation = {
+            name: self.store.eval_corpus(name) for name in ("valid", "test")
+        }
+        _log_store(self.store)
+        self.identity = run_identity(options, self.store.fingerprint, plan)
         self.decision = self.run.check(self.identity, overwrite=options.overwrite)
         # Every process decides before the chief writes anything.
         self.plan.barrier("run-directory-checked")
@@ -404,7 +527,7 @@ class _Job:
         self.tokenizer, self.tokenizer_is_new = self._tokenizer()
         self.config = model_config(options, self.tokenizer)
         self._check_stored_config()
-        self.data = prepare_batches(options, self.splits, self.tokenizer, self.plan)
+        self.data = store_batches(options, self.store, self.plan)
         self.model = build_model(options, self.config, plan)
         self.extra_callbacks = list(extra_callbacks)
         self.created = False  # True once `start` has made a new run.
@@ -414,13 +537,20 @@ class _Job:
     # -- phase 1: checks, in memory ------------------------------------------------
 
     def _tokenizer(self):
-        # A run stopped before it saved its tokenizer learns it again: the
-        # same data, settings and seed give the same vocabulary.
-        if self.resuming and (self.run.tokenizer_dir / "tokenizer.json").exists():
+        # The store's tokenizer, which the run keeps a copy of (a run
+        # stopped before it saved one saves it again).
+        run_dir = self.run.tokenizer_dir
+        if self.resuming and (run_dir / "tokenizer.json").exists():
+            if tokenizer_sha256(run_dir) != tokenizer_sha256(self.store.tokenizer_dir):
+                raise RunConflict(
+                    f"{run_dir} is not the tokenizer of the store {self.store.path} "
+                    "that the run's data comes from (was one of them replaced?); "
+                    "pass --overwrite to start afresh."
+                )
             tokenizer = self.run.load_tokenizer()
-            _log(f"reusing this run's tokenizer in {self.run.tokenizer_dir}")
+            _log(f"reusing this run's tokenizer in {run_dir}")
             return tokenizer, False
-        return prepare_tokenizer(self.options, self.splits), True
+        return self.store.tokenizer(), True
 
     def _check_stored_config(self) -> None:
         if self.resuming and self.run.config_path.exists():
@@ -549,8 +679,8 @@ class _Job:
         ]
         # Dev BLEU decodes on the chief alone: one process only.
         single = self.plan.num_shards == 1
-        if options.eval_every and "valid" in self.splits and single:
-            valid = self.splits["valid"]
+        valid = self.evaluation["valid"]
+        if options.eval_every and valid is not None and len(valid) and single:
             subset = slice(0, options.dev_subset)
             sources = valid.source[subset]
             # Greedy and compiled, the whole subset in one batch: the same
@@ -723,8 +853,8 @@ def _plural(count: int, noun: str) -> str:
 
 
 def _test_score(job: _Job) -> BleuResult | None:
-    options, splits = job.options, job.splits
-    if "test" not in splits or not len(splits["test"]):
+    options, test_split = job.options, job.evaluation["test"]
+    if test_split is None or not len(test_split):
         return None
     model = job.model
     if job.plan.num_shards > 1:
@@ -738,9 +868,7 @@ def _test_score(job: _Job) -> BleuResult | None:
         beam_size=options.beam_size,
         batch_size=options.test_batch_size,
     )
-    test = evaluate_split(translator, splits["test"], job.run.test_hypotheses_path)
-    _log(
-        f"test set ({len(splits['test'])} sentences, beam {options.beam_size}): {test}"
-    )
+    test = evaluate_split(translator, test_split, job.run.test_hypotheses_path)
+    _log(f"test set ({len(test_split)} sentences, beam {options.beam_size}): {test}")
     job.run.write_test_scores(test)
     return test

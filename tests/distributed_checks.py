@@ -5,12 +5,14 @@ backend starts, so they cannot run inside the pytest process).
     python tests/distributed_checks.py parity OUT_JSON
     python tests/distributed_checks.py resume OUT_JSON CORPUS_DIR
     python tests/distributed_checks.py worker OUT_NPZ CORPUS_DIR RUN_DIR
+    python tests/distributed_checks.py epoch OUT_NPZ STORE_DIR RUN_DIR
 
 Each writes its measurements to OUT; the test asserts on them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -208,6 +210,52 @@ def worker(out: str, corpus_dir: str, run_dir: str) -> None:
     np.savez(out, np.asarray(result.steps), *capture.weights)
 
 
+def _record_epoch_zero(recorded: dict) -> None:
+    """Keep the first batch the training data gives for each index of
+    epoch 0 (the batches this process reads: its rows of each global one)."""
+    from keras_transformer.data import pipeline
+
+    real = pipeline.BucketedBatches._batch
+
+    def record(self, plan, index):
+        batch = real(self, plan, index)
+        cached = self._cached
+        if self.shuffle and cached and cached[0] == 0 and cached[1] is plan:
+            recorded.setdefault(index, batch)
+        return batch
+
+    pipeline.BucketedBatches._batch = record
+
+
+def epoch(out: str, store_dir: str, run_dir: str) -> None:
+    """One process of a multi-worker run over one epoch of a prepared store
+    (cluster from the environment); saves the rows it read for each batch."""
+    from keras_transformer.data.datasets import DatasetSpec
+    from keras_transformer.data.token_store import open_store
+    from keras_transformer.training import store_batches
+
+    options = training_options(
+        run_dir,
+        {},
+        data=DatasetSpec(name=f"store:{store_dir}"),
+        distribute="multiworker",
+        eval_every=0,
+    )
+    two = DistributionPlan("multiworker", num_replicas=2, num_shards=2)
+    steps = len(store_batches(options, open_store(store_dir), two).train)
+    recorded: dict = {}
+    _record_epoch_zero(recorded)
+    result = train(dataclasses.replace(options, max_steps=steps))
+    arrays = {"steps": np.asarray(result.steps)}
+    for index, (inputs, labels, weights) in recorded.items():
+        arrays[f"source_{index}"] = inputs["source_ids"]
+        arrays[f"target_{index}"] = inputs["target_ids"]
+        arrays[f"labels_{index}"] = labels
+        arrays[f"weights_{index}"] = weights
+    np.savez(out, **arrays)
+
+
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    {"parity": parity, "resume": resume, "worker": worker}[command](*arguments)
+    checks = {"parity": parity, "resume": resume, "worker": worker, "epoch": epoch}
+    checks[command](*arguments)

@@ -11,6 +11,7 @@ import pytest
 from keras_transformer import TransformerConfig, build_transformer, training
 from keras_transformer.cli import main, parse_overrides
 from keras_transformer.config import field_names
+from keras_transformer.data import prepare
 
 
 def _never(*args, **kwargs):
@@ -111,7 +112,7 @@ def test_missing_equals_sign():
 def test_train_bad_override_exits_2_before_data_work(
     monkeypatch, capsys, tmp_path, no_training
 ):
-    monkeypatch.setattr(training, "load_dataset", _never)
+    monkeypatch.setattr(training, "prepare_training_store", _never)
     run_dir = tmp_path / "run"
     code = main(["train", "--set", "bogus=1", "--run-dir", str(run_dir)])
     assert code == 2
@@ -126,7 +127,7 @@ def test_train_bad_override_exits_2_before_data_work(
 def test_train_invalid_config_exits_2_before_data_work(
     monkeypatch, capsys, tmp_path, no_training
 ):
-    monkeypatch.setattr(training, "load_dataset", _never)
+    monkeypatch.setattr(training, "prepare_training_store", _never)
     code = main(["train", "--set", "d_model=30", "--run-dir", str(tmp_path / "run")])
     assert code == 2
     err = capsys.readouterr().err
@@ -151,7 +152,7 @@ def _train_files(tmp_path, source_lines, target_lines):
 
 
 def test_train_files_line_count_mismatch(monkeypatch, capsys, tmp_path, no_training):
-    monkeypatch.setattr(training, "train_tokenizer", _never)
+    monkeypatch.setattr(prepare, "train_tokenizer", _never)
     argv, source, target = _train_files(
         tmp_path, [f"sentence {i}" for i in range(5)], ["satz 0", "satz 1", "satz 2"]
     )
@@ -241,7 +242,7 @@ BAD_TRAIN_VALUES = [
 def test_train_numeric_flags_are_range_checked(
     flag, value, monkeypatch, capsys, tmp_path, no_training
 ):
-    monkeypatch.setattr(training, "load_dataset", _never)
+    monkeypatch.setattr(training, "prepare_training_store", _never)
     argv = ["train", "--run-dir", str(tmp_path / "run"), flag, value]
     try:
         code = main(argv)
@@ -320,7 +321,7 @@ def test_evaluate_src_without_run_dir_is_an_error(tmp_path, capsys):
 
 def _train_exit(argv, monkeypatch, tmp_path):
     """Exit status of `train ARGV`, failing the test if data is loaded."""
-    monkeypatch.setattr(training, "load_dataset", _never)
+    monkeypatch.setattr(training, "prepare_training_store", _never)
     run_dir = tmp_path / "run"
     try:
         code = main(["train", "--run-dir", str(run_dir), *argv])

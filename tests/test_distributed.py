@@ -163,3 +163,76 @@ def test_torch_refuses_cpu_devices_naming_the_flag():
 
     with pytest.raises(ValueError, match="--cpu-devices 2: the torch backend"):
         simulate_cpu_devices(2)
+
+
+@data_parallel
+def test_two_workers_over_one_epoch_of_a_store_read_only_their_rows(
+    tmp_path, corpus_dir
+):
+    """Every training pair is read once in the epoch, and each process reads
+    its share of each single-process global batch (and its weights)."""
+    import collections
+
+    from keras_transformer.data.datasets import DatasetSpec
+    from keras_transformer.data.prepare import prepare_store
+    from keras_transformer.distribution import DistributionPlan
+    from keras_transformer.options import PrepareOptions
+    from keras_transformer.training import store_batches
+    from tests.helpers import training_options
+
+    files = {
+        name: (str(corpus_dir / f"{name}.en"), str(corpus_dir / f"{name}.de"))
+        for name in ("train", "valid")
+    }
+    prepared = PrepareOptions(
+        out=str(tmp_path / "store"),
+        data=DatasetSpec(name="files", files=files),
+        vocab_size=400,
+        max_length=32,
+        workers=1,
+    )
+    store = prepare_store(prepared, log=lambda message: None)
+    outputs = [tmp_path / f"worker-{index}.npz" for index in range(2)]
+    processes = [
+        run_check("epoch", out, store.path, tmp_path / "run", env=env)
+        for out, env in zip(outputs, cluster_environments())
+    ]
+    for process in processes:
+        finish(process)
+    options = training_options("unused", files)
+    # The global batches one process with both replicas would feed.
+    whole = store_batches(options, store, DistributionPlan("x", num_replicas=2)).train
+    seen = collections.Counter()
+    for path, share in zip(outputs, range(2)):
+        worker = np.load(path)
+        assert int(worker["steps"]) == len(whole) > 3
+        for index in range(len(whole)):
+            inputs, labels, weights = whole[index]
+            rows = labels.shape[0]
+            mine = slice(rows * share // 2, rows * (share + 1) // 2)
+            for name, expected in (
+                ("source", inputs["source_ids"]),
+                ("target", inputs["target_ids"]),
+                ("labels", labels),
+                ("weights", weights),
+            ):
+                np.testing.assert_array_equal(
+                    worker[f"{name}_{index}"], expected[mine], err_msg=(name, index)
+                )
+            for source, label in zip(
+                worker[f"source_{index}"], worker[f"labels_{index}"]
+            ):
+                if label.any():
+                    seen[(tuple(source[source > 0]), tuple(label[label > 0]))] += 1
+    pairs = store.pairs()
+    every = np.arange(len(pairs))
+    expected = collections.Counter()
+    for side_ids in zip(*(_rows(pairs, side, every) for side in ("source", "target"))):
+        source, target = side_ids
+        expected[(tuple(source), (*target, 3))] += 1
+    assert seen == expected  # Each pair once, in one process or the other.
+
+
+def _rows(pairs, side, members):
+    lengths, rows, _, ids = pairs.gather(side, members)
+    return np.split(ids, np.cumsum(lengths)[:-1])

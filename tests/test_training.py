@@ -142,6 +142,40 @@ def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(
         np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
 
 
+def test_a_prepared_store_trains_and_resumes_mid_epoch_like_the_text_it_holds(
+    reference, tmp_path, corpus_files
+):
+    """`--dataset store:DIR`, stopped mid-epoch and resumed, ends with the
+    weights of the uninterrupted run on the text files (whose store `train`
+    prepared into the cache: the same content, so the same batches)."""
+    from keras_transformer.data.datasets import DatasetSpec
+    from keras_transformer.data.prepare import prepare_store
+    from keras_transformer.options import PrepareOptions
+
+    text = options(tmp_path / "unused", corpus_files)
+    prepared = prepare_store(
+        PrepareOptions(
+            out=str(tmp_path / "store"), data=text.data, vocab_size=400, max_length=32
+        )
+    )
+    assert (
+        prepared.fingerprint
+        == RunDirectory(reference[0]).manifest()["identity"]["data"]["fingerprint"]
+    )
+    store = DatasetSpec(name=f"store:{prepared.path}")
+    run_dir = tmp_path / "run"
+    # The store fixes the vocabulary and the length filter: not repeated.
+    stored = options(run_dir, corpus_files, data=store, vocab_size=4000)
+    stored = dataclasses.replace(stored, max_length=128)
+    with pytest.raises(TrainingInterrupted):
+        train(stored, callbacks=[SignalAtBatch(7)])
+    saved = RunDirectory(run_dir).checkpoints()[-1]
+    assert saved.step == 8 and saved.position.index > 0  # Mid-epoch.
+    assert train(stored).steps == 12
+    for got, expected in zip(final_weights(run_dir), final_weights(reference[0])):
+        np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
+
+
 def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
     reference, tmp_path, corpus_files
 ):

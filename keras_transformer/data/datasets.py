@@ -1,19 +1,29 @@
-"""Choose a parallel dataset by name: builtin, multi30k, files or tfds:NAME."""
+"""Choose a parallel dataset by name: builtin, multi30k, files, tfds:NAME, or
+store:DIR (a store that `keras-transformer prepare` made: token ids, read by
+`train` through a memory map; see `token_store`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
 
-from keras_transformer.data.multi30k import load_multi30k
+from keras_transformer.data.multi30k import multi30k_files, multi30k_origin
 from keras_transformer.data.text_files import (
     DataError,
+    PairBlock,
     ParallelCorpus,
-    read_parallel_files,
-    read_tsv,
+    collect_pairs,
+    iter_parallel_files,
+    iter_tsv,
 )
-from keras_transformer.data.tfds_source import load_tfds
+from keras_transformer.data.tfds_source import tfds_source
 
-DATASETS = ("builtin", "multi30k", "files", "tfds:NAME")
+DATASETS = ("builtin", "multi30k", "files", "tfds:NAME", "store:DIR")
+STORE_PREFIX = "store:"
 
 
 @dataclasses.dataclass
@@ -21,8 +31,10 @@ class DatasetSpec:
     """Where the train / valid / test pairs come from.
 
     name: "builtin" (generated offline), "multi30k" (from `data_dir` or
-    downloaded into the cache), "files" (local text files or TSVs), or
-    "tfds:NAME" (TensorFlow Datasets, e.g. "tfds:wmt14_translate/de-en").
+    downloaded into the cache), "files" (local text files or TSVs),
+    "tfds:NAME" (TensorFlow Datasets, e.g. "tfds:wmt14_translate/de-en"), or
+    "store:DIR" (a prepared token store; the text settings here are then
+    the store's, and setting them is refused).
     """
 
     name: str = "builtin"
@@ -40,8 +52,14 @@ class DatasetSpec:
         # without a word: refuse it instead. (An unknown name is
         # load_dataset's error.)
         downloaded = self.name == "multi30k" or self.name.startswith("tfds:")
-        if not downloaded and self.name not in ("builtin", "files"):
+        store = self.name.startswith(STORE_PREFIX)
+        if not downloaded and not store and self.name not in ("builtin", "files"):
             return
+        if store and self.lenient_utf8:
+            self._refuse_unread(
+                "--lenient-utf8 (lenient_utf8=)",
+                "builtin, multi30k, files or tfds:NAME (prepare reads the text)",
+            )
         if self.files and self.name != "files":
             splits = ", ".join(f"--{split}-src/tgt/tsv" for split in self.files)
             self._refuse_unread(f"{splits} (files=)", "files")
@@ -58,70 +76,146 @@ class DatasetSpec:
         )
 
 
-def _builtin(spec: DatasetSpec) -> dict[str, ParallelCorpus]:
+@dataclasses.dataclass(frozen=True)
+class SplitSource:
+    """Where one split's pairs come from, read block by block: `blocks()`
+    starts a new pass each call (`prepare` makes two: the tokenizer sample,
+    then the encoding), so memory is bounded by a block.
+
+    `files`: the files it reads (their size and SHA-256 identify it);
+    `identity`: what else identifies it (builtin: size, seed and a digest of
+    the generator; TFDS: name, split and version).
+    """
+
+    origin: str
+    blocks: Callable[[], Iterator[PairBlock]]
+    files: tuple[Path, ...] = ()
+    identity: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _block_reader(function: Callable[..., Iterator[PairBlock]], *args, **kwargs):
+    return lambda: function(*args, **kwargs)
+
+
+def _in_blocks(corpus: ParallelCorpus, size: int = 50_000) -> Iterator[PairBlock]:
+    for start in range(0, len(corpus), size):
+        yield PairBlock(
+            corpus.line_numbers[start],
+            corpus.source[start : start + size],
+            corpus.target[start : start + size],
+        )
+
+
+def _builtin(spec: DatasetSpec) -> dict[str, SplitSource]:
+    size, seed = spec.builtin_size, spec.builtin_seed
+    identity = {"size": size, "seed": seed, "generator": _generator()}
+    generated: dict[str, ParallelCorpus] = {}
+
+    def blocks(name: str) -> Iterator[PairBlock]:
+        # Generated at the first read, not before: a store found by its key
+        # (size, seed, generator) needs none of it.
+        if not generated:
+            generated.update(_generate(size, seed))
+        return _in_blocks(generated[name])
+
+    return {
+        name: SplitSource(
+            _builtin_origin(name, seed), _block_reader(blocks, name), identity=identity
+        )
+        for name in ("train", "valid", "test")
+    }
+
+
+def _builtin_origin(split: str, seed: int) -> str:
+    return f"builtin corpus ({split}, seed {seed})"
+
+
+def _generate(size: int, seed: int) -> dict[str, ParallelCorpus]:
     from keras_transformer.data.builtin_corpus import generate_corpus
 
-    size = spec.builtin_size
     # 500 held-out pairs at the default size; fewer for small corpora, whose
     # vocabulary cannot cover many novel combinations.
     held_out = max(10, min(500, size // 40))
     splits = generate_corpus(
-        num_train=size, num_valid=held_out, num_test=held_out, seed=spec.builtin_seed
+        num_train=size, num_valid=held_out, num_test=held_out, seed=seed
     )
     return {
         name: ParallelCorpus(
             source=[en for en, _ in pairs],
             target=[de for _, de in pairs],
-            origin=f"builtin corpus ({name}, seed {spec.builtin_seed})",
+            origin=_builtin_origin(name, seed),
             line_numbers=list(range(1, len(pairs) + 1)),
         )
         for name, pairs in splits.items()
     }
 
 
-def _files(spec: DatasetSpec) -> dict[str, ParallelCorpus]:
+def _generator() -> str:
+    """SHA-256 of the built-in corpus's code and lexicon: the same digest,
+    the same corpus for a size and seed."""
+    digest = hashlib.sha256()
+    package = resources.files("keras_transformer.data")
+    for name in ("builtin_corpus.py", "builtin_lexicon.json"):
+        digest.update(package.joinpath(name).read_bytes())
+    return digest.hexdigest()
+
+
+def _files(spec: DatasetSpec) -> dict[str, SplitSource]:
     if "train" not in spec.files:
         raise DataError(
             "--dataset files needs --train-src and --train-tgt (or --train-tsv)."
         )
     splits = {}
-    for name, paths in spec.files.items():
+    lenient = spec.lenient_utf8
+    for name, given in spec.files.items():
+        paths = tuple(Path(path) for path in given)
         if len(paths) == 1:
-            splits[name] = read_tsv(paths[0], lenient_utf8=spec.lenient_utf8)
+            blocks = _block_reader(iter_tsv, paths[0], lenient_utf8=lenient)
+            origin = str(paths[0])
         else:
-            splits[name] = read_parallel_files(*paths, lenient_utf8=spec.lenient_utf8)
+            blocks = _block_reader(iter_parallel_files, *paths, lenient_utf8=lenient)
+            origin = f"{paths[0]} | {paths[1]}"
+        splits[name] = SplitSource(origin, blocks, paths)
     return splits
 
 
-def _multi30k(spec: DatasetSpec) -> dict[str, ParallelCorpus]:
-    languages = {
-        "source_lang": spec.source_lang or "en",
-        "target_lang": spec.target_lang or "de",
-    }
-    return {
-        name: load_multi30k(name, data_dir=spec.data_dir, **languages)
-        for name in ("train", "valid", "test")
-    }
+def _multi30k(spec: DatasetSpec) -> dict[str, SplitSource]:
+    languages = (spec.source_lang or "en", spec.target_lang or "de")
+    splits = {}
+    for name in ("train", "valid", "test"):
+        paths = multi30k_files(
+            name,
+            source_lang=languages[0],
+            target_lang=languages[1],
+            data_dir=spec.data_dir,
+        )
+        origin = multi30k_origin(name, *languages, f"{paths[0]} | {paths[1]}")
+        blocks = _block_reader(iter_parallel_files, *paths)
+        splits[name] = SplitSource(origin, blocks, paths)
+    return splits
 
 
-def _tfds(spec: DatasetSpec) -> dict[str, ParallelCorpus]:
+def _tfds(spec: DatasetSpec) -> dict[str, SplitSource]:
     name = spec.name.split(":", 1)[1]
     if not name:
         raise DataError("--dataset tfds:NAME needs a dataset name after 'tfds:'.")
     splits = {}
     for ours, theirs in (("train", "train"), ("valid", "validation"), ("test", "test")):
-        splits[ours] = load_tfds(
+        split = tfds_source(
             name,
             theirs,
             source_lang=spec.source_lang,
             target_lang=spec.target_lang,
             data_dir=spec.data_dir,
         )
+        identity = {"tfds": name, "split": theirs, "version": split.version}
+        splits[ours] = SplitSource(split.origin, split.blocks, identity=identity)
     return splits
 
 
-def load_dataset(spec: DatasetSpec) -> dict[str, ParallelCorpus]:
-    """The splits of `spec` ("train" always; "valid" and "test" if known)."""
+def dataset_sources(spec: DatasetSpec) -> dict[str, SplitSource]:
+    """The splits of `spec` ("train" always; "valid" and "test" if known),
+    not read yet (Multi30k's files are downloaded if missing)."""
     if spec.name == "builtin":
         return _builtin(spec)
     if spec.name == "multi30k":
@@ -130,7 +224,21 @@ def load_dataset(spec: DatasetSpec) -> dict[str, ParallelCorpus]:
         return _files(spec)
     if spec.name.startswith("tfds:"):
         return _tfds(spec)
+    if spec.name.startswith(STORE_PREFIX):
+        raise DataError(
+            f"--dataset {spec.name} is a prepared store of token ids, not text: "
+            "train reads it (keras_transformer.data.token_store.open_store)."
+        )
     raise DataError(
         f"Unknown dataset. Expected one of {', '.join(DATASETS)}. "
         f"Received: --dataset {spec.name!r}"
     )
+
+
+def load_dataset(spec: DatasetSpec) -> dict[str, ParallelCorpus]:
+    """The splits of `spec` ("train" always; "valid" and "test" if known),
+    read into memory."""
+    return {
+        name: collect_pairs(source.blocks(), source.origin)
+        for name, source in dataset_sources(spec).items()
+    }

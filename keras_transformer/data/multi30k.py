@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import re
 import socket
@@ -26,6 +25,7 @@ from keras_transformer.data.text_files import (
     DataError,
     ParallelCorpus,
     read_parallel_files,
+    sha256_file,
 )
 
 __all__ = [
@@ -34,6 +34,8 @@ __all__ = [
     "MULTI30K_URL",
     "download_file",
     "load_multi30k",
+    "multi30k_files",
+    "multi30k_origin",
 ]
 
 MULTI30K_URL = (
@@ -65,14 +67,6 @@ _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 # --------------------------------------------------------------------------
 # Downloads
 # --------------------------------------------------------------------------
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 16):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _network_error(url: str, destination: Path, reason: object) -> DataError:
@@ -192,7 +186,7 @@ def download_file(
         # A file left behind is a complete download with the wrong checksum:
         # get_file deletes the file on every other failure.
         if expected is not None and destination.is_file():
-            actual = _sha256_file(destination)
+            actual = sha256_file(destination)
             if actual != expected:
                 size = destination.stat().st_size
                 destination.unlink()
@@ -298,25 +292,52 @@ def load_multi30k(
             path), a failed download or a checksum mismatch, or unaligned
             files.
     """
+    paths = multi30k_files(
+        split,
+        source_lang=source_lang,
+        target_lang=target_lang,
+        data_dir=data_dir,
+        cache_dir=cache_dir,
+        base_url=base_url,
+    )
+    corpus = read_parallel_files(*paths)
+    return dataclasses.replace(
+        corpus, origin=multi30k_origin(split, source_lang, target_lang, corpus.origin)
+    )
+
+
+def multi30k_origin(split: str, source_lang: str, target_lang: str, files: str) -> str:
+    """How a Multi30k split is named in logs and errors."""
+    return f"Multi30k {split} {source_lang}-{target_lang}: {files}"
+
+
+def multi30k_files(
+    split: str,
+    *,
+    source_lang: str = "en",
+    target_lang: str = "de",
+    data_dir: str | os.PathLike[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    base_url: str = MULTI30K_URL,
+) -> tuple[Path, Path]:
+    """The source and target files of a split, found in `data_dir` or
+    downloaded and checked as `load_multi30k` describes (which reads them)."""
     stem = _multi30k_stem(split)
     _check_languages(source_lang, target_lang)
-    paths = []
     if data_dir is not None:
-        for lang in (source_lang, target_lang):
-            paths.append(_local_multi30k_file(Path(data_dir), stem, lang))
-    else:
-        cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
-        for lang in (source_lang, target_lang):
-            name = f"{stem}.{lang}.gz"
-            paths.append(
-                download_file(
-                    f"{base_url.rstrip('/')}/{name}",
-                    cache / name,
-                    sha256=MULTI30K_SHA256[name],
-                )
+        return tuple(
+            _local_multi30k_file(Path(data_dir), stem, lang)
+            for lang in (source_lang, target_lang)
+        )
+    cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+    paths = []
+    for lang in (source_lang, target_lang):
+        name = f"{stem}.{lang}.gz"
+        paths.append(
+            download_file(
+                f"{base_url.rstrip('/')}/{name}",
+                cache / name,
+                sha256=MULTI30K_SHA256[name],
             )
-    corpus = read_parallel_files(paths[0], paths[1])
-    return dataclasses.replace(
-        corpus,
-        origin=f"Multi30k {split} {source_lang}-{target_lang}: {corpus.origin}",
-    )
+        )
+    return tuple(paths)

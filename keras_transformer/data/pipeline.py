@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import random
 from collections.abc import Sequence
 
 import keras
 import numpy as np
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
-from keras_transformer.data.text_files import ParallelCorpus
+from keras_transformer.data.block_encoding import (  # noqa: F401 - re-exported
+    drop_empty_pairs,
+    drop_long_pairs,
+    encode_block,
+    encode_corpus,
+)
+from keras_transformer.data.text_files import DataError, ParallelCorpus
+from keras_transformer.data.token_pairs import TokenPairs, index_dtype
 
 # Padded lengths. Every 4 tokens up to 32, where most sentences of the
 # usual corpora fall: on Multi30k, against buckets every 8 tokens, real
@@ -61,34 +67,14 @@ class FilterReport:
                 )
         return "; ".join(parts)
 
-
-def drop_empty_pairs(
-    source: Sequence[str], target: Sequence[str], line_numbers: Sequence[int]
-) -> tuple[list[int], list[int]]:
-    """Indices of pairs with text on both sides, and line numbers of the rest."""
-    keep, dropped = [], []
-    for index, (src, tgt) in enumerate(zip(source, target)):
-        if src.strip() and tgt.strip():
-            keep.append(index)
-        else:
-            dropped.append(line_numbers[index])
-    return keep, dropped
-
-
-def drop_long_pairs(
-    source_ids: Sequence[Sequence[int]],
-    target_ids: Sequence[Sequence[int]],
-    line_numbers: Sequence[int],
-    max_length: int,
-) -> tuple[list[int], list[int]]:
-    """Keep pairs whose source and shifted target fit in `max_length` tokens."""
-    keep, dropped = [], []
-    for index, (src, tgt) in enumerate(zip(source_ids, target_ids)):
-        if len(src) <= max_length and len(tgt) + 1 <= max_length:
-            keep.append(index)
-        else:
-            dropped.append(line_numbers[index])
-    return keep, dropped
+    def check_pairs_left(self, origin: str) -> None:
+        """Raise DataError, naming `origin` and what was dropped, if no pair
+        was kept."""
+        if not self.kept:
+            raise DataError(
+                f"{origin}: no training pairs left after filtering "
+                f"({self.summary(origin)}). Check the files and --max-length."
+            )
 
 
 def filter_pairs(
@@ -99,15 +85,32 @@ def filter_pairs(
     `tokenizer` has `encode(list[str]) -> list[list[int]]`. Returns the kept
     pairs' source and target ids (no BOS/EOS, in corpus order) and the
     `FilterReport` of what was dropped, by line. Whether an empty result is
-    an error is the caller's decision.
+    an error is the caller's decision. The filter is `encode_block`'s, the
+    one `keras-transformer prepare` applies.
     """
-    keep, empty = drop_empty_pairs(corpus.source, corpus.target, corpus.line_numbers)
-    source = tokenizer.encode([corpus.source[i] for i in keep])
-    target = tokenizer.encode([corpus.target[i] for i in keep])
-    lines = [corpus.line_numbers[i] for i in keep]
-    kept, too_long = drop_long_pairs(source, target, lines, max_length)
-    report = FilterReport(kept=len(kept), empty_lines=empty, too_long_lines=too_long)
-    return [source[i] for i in kept], [target[i] for i in kept], report
+    pairs, report = encode_pairs(corpus, tokenizer, max_length)
+    source, target = (
+        [pairs.tokens[side][a:b].tolist() for a, b in _spans(pairs.offsets[side])]
+        for side in ("source", "target")
+    )
+    return source, target, report
+
+
+def encode_pairs(
+    corpus: ParallelCorpus, tokenizer, max_length: int | None
+) -> tuple[TokenPairs, FilterReport]:
+    """`filter_pairs` as flat arrays (`TokenPairs`, held in memory); with
+    `max_length=None` nothing is dropped (evaluation sets)."""
+    block = encode_corpus(tokenizer.encode, corpus, max_length=max_length)
+    pairs = TokenPairs.from_lengths(
+        block.source_ids, block.source_lengths, block.target_ids, block.target_lengths
+    )
+    report = FilterReport(len(block), block.empty_lines, block.too_long_lines)
+    return pairs, report
+
+
+def _spans(offsets: np.ndarray):
+    return zip(offsets[:-1].tolist(), offsets[1:].tolist())
 
 
 def bucket_lengths(max_length: int, buckets: Sequence[int] = DEFAULT_BUCKETS):
@@ -126,29 +129,61 @@ class DataPosition:
     index: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class EpochPlan:
+    """One epoch's batches as flat arrays, with no per-pair Python objects.
+
+    `order` holds every pair's index, bucket after bucket (shuffled within
+    each). Batch b (in the epoch's order) is the `count[b]` pairs
+    `order[start[b]:start[b] + count[b]]`, padded to bucket `bucket[b]`; a
+    count of 0 is an empty batch that completes the last update.
+    """
+
+    order: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+    bucket: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def members(self, index: int) -> np.ndarray:
+        start = int(self.start[index])
+        return self.order[start : start + int(self.count[index])]
+
+
 class BucketedBatches(keras.utils.PyDataset):
     """Token-budget batches of (inputs dict, labels, token weights) for `fit`.
 
+    Pairs come as ragged id lists (`source_ids`, `target_ids`) or as
+    `pairs=`, a `TokenPairs` (a prepared store's memory-mapped arrays): the
+    lists are turned into the same flat arrays, so both give the same
+    batches. Everything per pair is a NumPy array (a bucket id of one byte,
+    an epoch's order of four), so memory grows by a few bytes per pair.
+
     Batching. A pair goes to the first bucket that holds its source and its
-    shifted target. Each bucket's rows are shuffled (seeded by (seed, epoch))
-    and cut into full batches; the remainder, too few rows for a batch of its
-    own, moves up to the next (longer) bucket instead of becoming a
-    near-empty batch. The last bucket's rows are spread evenly over its
-    batches. The batch order is shuffled, and the epoch is completed with
-    empty batches to a whole number of optimizer updates.
+    shifted target. Each epoch, every bucket's pairs are shuffled with a
+    `np.random.Generator` seeded by (seed, epoch) and cut into full batches;
+    the remainder, too few rows for a batch of its own, moves up to the
+    next (longer) bucket instead of becoming a near-empty batch. The last
+    bucket's rows are spread evenly over its batches. The batch order is
+    then shuffled by the same generator, and the epoch is completed with
+    empty batches to a whole number of optimizer updates. The number of
+    batches is the same every epoch.
 
     Token weights. One optimizer update is `accumulation_steps` consecutive
     batches. Every real target token of an update gets the weight
     accumulation_steps / N, N the number of real target tokens in the whole
-    update (all its batches, all replicas and workers); pad targets get 0.
-    `LabelSmoothedCrossEntropy` sums weight x token loss, Keras averages the
-    accumulated gradients over the k batches and sums them over replicas, so
-    each update follows the per-token mean loss over all of its tokens,
-    whatever the batches' sizes.
+    update (all its batches, all replicas and workers, counted from the
+    lengths); pad targets get 0. `LabelSmoothedCrossEntropy` sums weight x
+    token loss, Keras averages the accumulated gradients over the k batches
+    and sums them over replicas, so each update follows the per-token mean
+    loss over all of its tokens, whatever the batches' sizes.
 
     Args:
         source_ids: ragged source ids (no BOS/EOS).
         target_ids: ragged target ids (no BOS/EOS); shifted here.
+        pairs: a `TokenPairs`, instead of the two lists.
         tokens_per_batch: budget of padded target tokens per (global) batch;
             the rows of bucket b are tokens_per_batch // length_b (at least
             `row_multiple`), rounded down to a multiple of 8 where that
@@ -165,15 +200,16 @@ class BucketedBatches(keras.utils.PyDataset):
             across them).
         shard_index, num_shards: this worker's share of every global batch
             (contiguous rows), for multi-worker training where each process
-            feeds its own rows. Weights are always computed on the global
-            batch.
+            reads only its own rows. Every process plans the same epoch;
+            weights are always computed on the global batch.
     """
 
     def __init__(
         self,
-        source_ids: Sequence[Sequence[int]],
-        target_ids: Sequence[Sequence[int]],
+        source_ids: Sequence[Sequence[int]] | None = None,
+        target_ids: Sequence[Sequence[int]] | None = None,
         *,
+        pairs: TokenPairs | None = None,
         tokens_per_batch: int,
         buckets: Sequence[int],
         shuffle: bool = True,
@@ -185,11 +221,16 @@ class BucketedBatches(keras.utils.PyDataset):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if len(source_ids) != len(target_ids):
+        if (pairs is None) == (source_ids is None and target_ids is None):
             raise ValueError(
-                f"{len(source_ids)} source but {len(target_ids)} target sequences."
+                "Pass the pairs once: source_ids and target_ids, or pairs=."
             )
-        if not source_ids:
+        if pairs is None:
+            pairs = TokenPairs.from_lists(
+                [] if source_ids is None else source_ids,
+                [] if target_ids is None else target_ids,
+            )
+        if not len(pairs):
             raise ValueError("No training pairs left: the training set is empty.")
         _check_positive(
             tokens_per_batch=tokens_per_batch,
@@ -202,6 +243,7 @@ class BucketedBatches(keras.utils.PyDataset):
                 f"shard_index must be in [0, {num_shards}). "
                 f"Received: shard_index={shard_index}"
             )
+        self.pairs = pairs
         self.buckets = tuple(sorted(buckets))
         self.tokens_per_batch = tokens_per_batch
         self.shuffle = shuffle
@@ -210,14 +252,13 @@ class BucketedBatches(keras.utils.PyDataset):
         self.row_multiple = math.lcm(row_multiple, num_shards)
         self.shard_index = shard_index
         self.num_shards = num_shards
-        self._source = [np.asarray(s, np.int32) for s in source_ids]
-        self._target = [np.asarray(t, np.int32) for t in target_ids]
-        self._members = self._assign_buckets()
         # Rounded up to the multiple that the budget's rows are rounded to.
         multiple = math.lcm(8, self.row_multiple)
-        self._row_bound = -(-len(self._source) // multiple) * multiple
+        self._row_bound = -(-len(pairs) // multiple) * multiple
+        self._bucket_ids = self._assign_buckets()
+        self._layout = self._cut(np.bincount(self._bucket_ids, minlength=len(buckets)))
+        self._cached: tuple[int, EpochPlan] | None = None
         self.epoch = 0
-        self._batches = self._plan_epoch(0)
 
     def batch_size(self, bucket: int) -> int:
         """Rows of every (global) batch of `bucket`: the budget's rows, but
@@ -240,97 +281,143 @@ class BucketedBatches(keras.utils.PyDataset):
             multiple = self.row_multiple
         return rows - rows % multiple
 
-    def _assign_buckets(self) -> list[list[int]]:
-        members: list[list[int]] = [[] for _ in self.buckets]
-        for index, (src, tgt) in enumerate(zip(self._source, self._target)):
-            needed = max(len(src), len(tgt) + 1)
-            bucket = next((b for b, n in enumerate(self.buckets) if needed <= n), None)
-            if bucket is None:
+    def _assign_buckets(self) -> np.ndarray:
+        """Each pair's bucket (one byte per pair), from the lengths alone."""
+        bounds = np.asarray(self.buckets)
+        ids = np.empty(len(self.pairs), np.uint8 if len(bounds) < 256 else np.int16)
+        for start, source, target in self.pairs.length_blocks():
+            needed = np.maximum(source, target + 1)
+            block = np.searchsorted(bounds, needed, side="left")
+            over = np.flatnonzero(block == len(bounds))
+            if over.size:
+                index = int(over[0])
                 raise ValueError(
-                    f"Pair {index} needs {needed} tokens, more than the largest "
-                    f"bucket ({self.buckets[-1]}); filter long pairs first."
+                    f"Pair {start + index} needs {int(needed[index])} tokens, more "
+                    f"than the largest bucket ({self.buckets[-1]}); filter long "
+                    "pairs first."
                 )
-            members[bucket].append(index)
-        return members
+            ids[start : start + len(block)] = block
+        return ids
 
-    def _plan_epoch(self, epoch: int) -> list[tuple[int, list[int]]]:
-        """[(bucket, member indices)] of every batch of `epoch`, in order."""
-        rng = random.Random(f"{self.seed}:{epoch}")
-        batches: list[tuple[int, list[int]]] = []
-        carried: list[int] = []
-        last = len(self.buckets) - 1
-        for bucket, members in enumerate(self._members):
-            pool = list(members)
-            if self.shuffle:
-                rng.shuffle(pool)
-            pool = carried + pool
+    def _cut(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(start, count, bucket) of every batch, bucket after bucket, for
+        pairs laid out bucket after bucket: the same every epoch (a
+        bucket's carried remainder is the tail of its part of the layout,
+        which the next bucket's part follows)."""
+        starts, counts_out, buckets = [], [], []
+        carry, end, last = 0, 0, len(self.buckets) - 1
+        for bucket, members in enumerate(counts.tolist()):
+            end += members
             size = self._budget_rows(bucket)
+            pool = end - carry
             if bucket < last:
-                full = len(pool) - len(pool) % size
-                batches += [(bucket, pool[i : i + size]) for i in range(0, full, size)]
-                carried = pool[full:]
+                sizes = np.full(pool // size, size)
             elif pool:
-                count = math.ceil(len(pool) / size)
-                batches += [(bucket, list(part)) for part in _split(pool, count)]
-        if self.shuffle:
-            rng.shuffle(batches)
-        shortfall = -len(batches) % self.accumulation_steps
+                base, extra = divmod(pool, math.ceil(pool / size))
+                sizes = base + (np.arange(math.ceil(pool / size)) < extra)
+            else:
+                continue
+            starts.append(carry + np.cumsum(sizes) - sizes)
+            counts_out.append(sizes)
+            buckets.append(np.full(len(sizes), bucket))
+            carry += int(sizes.sum())
+        return tuple(
+            np.concatenate(parts).astype(np.int64)
+            for parts in (starts, counts_out, buckets)
+        )
+
+    def _plan_epoch(self, epoch: int) -> EpochPlan:
+        """Every batch of `epoch`, in order (see `EpochPlan`)."""
+        rng = np.random.default_rng([self.seed, epoch]) if self.shuffle else None
+        order = np.empty(len(self.pairs), index_dtype(len(self.pairs)))
+        position = 0
+        for bucket in range(len(self.buckets)):
+            members = np.flatnonzero(self._bucket_ids == bucket)
+            part = order[position : position + len(members)]
+            part[:] = members
+            if rng is not None:
+                rng.shuffle(part)
+            position += len(members)
+        start, count, bucket = self._layout
+        if rng is not None:
+            shuffled = rng.permutation(len(start))
+            start, count, bucket = start[shuffled], count[shuffled], bucket[shuffled]
         # Empty batches (all pad, weight 0) complete the last update.
-        return batches + [(0, [])] * shortfall
+        shortfall = -len(start) % self.accumulation_steps
+        empty = np.zeros(shortfall, np.int64)
+        return EpochPlan(
+            order,
+            np.concatenate([start, empty]),
+            np.concatenate([count, empty]),
+            np.concatenate([bucket, empty]),
+        )
+
+    def _plan(self, epoch: int) -> EpochPlan:
+        """The plan of `epoch`, the last one kept: a stream moves forward,
+        and a plan holds four bytes per pair."""
+        if self._cached is None or self._cached[0] != epoch:
+            self._cached = None  # Let the old plan go before making the new.
+            self._cached = (epoch, self._plan_epoch(epoch))
+        return self._cached[1]
 
     def set_epoch(self, epoch: int) -> None:
         """Re-plan for `epoch` (used when resuming a run)."""
         self.epoch = epoch
-        self._batches = self._plan_epoch(epoch)
 
     def on_epoch_end(self):
         self.set_epoch(self.epoch + 1)
 
     def __len__(self) -> int:
-        return len(self._batches)
+        return len(self._layout[0]) + -len(self._layout[0]) % self.accumulation_steps
 
     def shapes(self) -> set[tuple[int, int]]:
         """The distinct (rows, length) global batch shapes of this epoch."""
         return {
             (self.batch_size(bucket), self.buckets[bucket])
-            for bucket, _ in self._batches
+            for bucket in np.unique(self._plan(self.epoch).bucket).tolist()
         }
 
     def __getitem__(self, index: int):
-        return self._batch(self._batches, index)
+        return self._batch(self._plan(self.epoch), index)
 
-    def _real_tokens(self, members: Sequence[int]) -> int:
-        return sum(len(self._target[m]) + 1 for m in members)
+    def _real_tokens(self, members: np.ndarray) -> int:
+        return int(self.pairs.lengths("target", members).sum()) + len(members)
 
-    def _batch(self, plan: list[tuple[int, list[int]]], index: int):
-        bucket, members = plan[index]
+    def _batch(self, plan: EpochPlan, index: int):
+        bucket = int(plan.bucket[index])
         length = self.buckets[bucket]
         rows = self.batch_size(bucket)
-        source = np.full((rows, length), PAD_ID, np.int32)
-        decoder_input = np.full((rows, length), PAD_ID, np.int32)
-        labels = np.full((rows, length), PAD_ID, np.int32)
-        for row, member in enumerate(members):
-            src = self._source[member]
-            shifted_in, shifted_out = shift_for_teacher_forcing(self._target[member])
-            source[row, : len(src)] = src
-            decoder_input[row, : len(shifted_in)] = shifted_in
-            labels[row, : len(shifted_out)] = shifted_out
-        first = index - index % self.accumulation_steps
-        update = plan[first : first + self.accumulation_steps]
-        update_tokens = sum(self._real_tokens(m) for _, m in update)
-        weights = token_weights(labels, update_tokens, self.accumulation_steps)
-        share = slice(
+        share = (
             rows * self.shard_index // self.num_shards,
             rows * (self.shard_index + 1) // self.num_shards,
         )
-        inputs = {"source_ids": source[share], "target_ids": decoder_input[share]}
-        return inputs, labels[share], weights[share]
+        members = plan.members(index)
+        # This worker's rows of the global batch: it reads only their ids.
+        local = members[share[0] : share[1]]
+        shape = (share[1] - share[0], length)
+        source = np.full(shape, PAD_ID, np.int32)
+        decoder_input = np.full(shape, PAD_ID, np.int32)
+        labels = np.full(shape, PAD_ID, np.int32)
+        _, row, column, ids = self.pairs.gather("source", local)
+        source[row, column] = ids
+        # shift_for_teacher_forcing, for all the rows at once.
+        lengths, row, column, ids = self.pairs.gather("target", local)
+        decoder_input[: len(local), 0] = BOS_ID
+        decoder_input[row, column + 1] = ids
+        labels[row, column] = ids
+        labels[np.arange(len(local)), lengths] = EOS_ID
+        first = index - index % self.accumulation_steps
+        update = range(first, first + self.accumulation_steps)
+        update_tokens = sum(self._real_tokens(plan.members(i)) for i in update)
+        weights = token_weights(labels, update_tokens, self.accumulation_steps)
+        inputs = {"source_ids": source, "target_ids": decoder_input}
+        return inputs, labels, weights
 
     def batches_from(self, position: DataPosition):
         """Every batch from `position` on, epoch after epoch (infinite)."""
         epoch, index = position.epoch, position.index
         while True:
-            plan = self._plan_epoch(epoch)
+            plan = self._plan(epoch)
             for i in range(index, len(plan)):
                 yield self._batch(plan, i)
             epoch, index = epoch + 1, 0
@@ -387,11 +474,12 @@ class BucketedBatches(keras.utils.PyDataset):
 
     def num_target_tokens(self) -> int:
         """Real target tokens (labels) in one epoch."""
-        return sum(len(t) + 1 for t in self._target)
+        return self.pairs.num_target_tokens()
 
     def real_tokens_per_batch(self) -> list[int]:
         """Real target tokens of each (global) batch of this epoch."""
-        return [self._real_tokens(members) for _, members in self._batches]
+        plan = self._plan(self.epoch)
+        return [self._real_tokens(plan.members(i)) for i in range(len(plan))]
 
 
 class _Stream(keras.utils.PyDataset):
@@ -405,7 +493,6 @@ class _Stream(keras.utils.PyDataset):
         super().__init__()
         self._batches = batches
         self._start = start
-        self._plans: dict[int, list] = {}
 
     @property
     def num_batches(self):
@@ -413,12 +500,7 @@ class _Stream(keras.utils.PyDataset):
 
     def __getitem__(self, index: int):
         position = self._batches.advance(self._start, index)
-        plan = self._plans.get(position.epoch)
-        if plan is None:  # Keep two epochs' plans: the stream moves forward.
-            plan = self._batches._plan_epoch(position.epoch)
-            self._plans = {position.epoch: plan, **self._plans}
-            for old in sorted(self._plans)[:-2]:
-                del self._plans[old]
+        plan = self._batches._plan(position.epoch)
         return self._batches._batch(plan, position.index)
 
 
@@ -460,17 +542,6 @@ def token_weights(labels, update_tokens: int, accumulation_steps: int = 1):
     labels = np.asarray(labels)
     weight = accumulation_steps / max(update_tokens, 1)
     return np.where(labels != PAD_ID, weight, 0.0).astype(np.float32)
-
-
-def _split(items: list[int], count: int) -> list[list[int]]:
-    """`items` in `count` contiguous parts whose sizes differ by at most 1."""
-    base, extra = divmod(len(items), count)
-    parts, start = [], 0
-    for part in range(count):
-        end = start + base + (part < extra)
-        parts.append(items[start:end])
-        start = end
-    return parts
 
 
 def _check_positive(**values: int) -> None:

@@ -3,7 +3,10 @@
 Every reader of parallel text returns a `ParallelCorpus`: two equally long
 lists of sentences plus, for each pair, its 1-based line number in the
 original files, so that later filtering of training pairs can still point the
-user at the offending line.
+user at the offending line. `iter_parallel_files` and `iter_tsv` give the
+same pairs block by block (`PairBlock`), with the same checks, for corpora
+too large to hold: `keras-transformer prepare` streams them. The readers of
+whole files collect those blocks, so both paths share every check.
 
 Conventions shared by all file readers:
 
@@ -41,20 +44,31 @@ Only the standard library is imported here.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import io
 import os
 import re
 import warnings
 import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = [
     "DataError",
+    "PairBlock",
     "ParallelCorpus",
+    "TextStream",
+    "collect_pairs",
     "decode_text_lines",
+    "iter_parallel_files",
+    "iter_tsv",
+    "open_text_stream",
     "read_parallel_files",
     "read_text_lines",
     "read_tsv",
+    "sha256_file",
 ]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -104,22 +118,46 @@ class ParallelCorpus:
         return len(self.source)
 
 
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file's bytes (read 1 MiB at a time); a file that
+    cannot be read is the readers' DataError."""
+    digest = hashlib.sha256()
+    with _open_bytes(Path(path)) as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _read_bytes(path: Path) -> tuple[bytes, bool]:
-    """Content of `path` (decompressed if it starts with gzip magic), is_gzip."""
+# Bytes read at a time. Blocks end at a line end, so a block holds whole
+# lines (and whole UTF-8 characters): the checks and the decoding run on
+# each block alone, and memory is bounded by a block, not by the file.
+_BLOCK_BYTES = 1 << 22
+
+
+def _open_bytes(path: Path) -> BinaryIO:
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        return open(path, "rb")
     except FileNotFoundError as error:
         raise DataError(f"File not found: {path}") from error
     except IsADirectoryError as error:
         raise DataError(f"Expected a file but found a directory: {path}") from error
     except OSError as error:
         raise DataError(f"Cannot read {path}: {error}") from error
-    return _gunzip(path, raw)
+
+
+def _open(path: Path) -> tuple[BinaryIO, bool]:
+    """`path` opened for reading bytes (decompressing if it starts with the
+    gzip magic), and whether it is gzip."""
+    handle = _open_bytes(path)
+    if handle.read(2) != _GZIP_MAGIC:
+        handle.seek(0)
+        return handle, False
+    handle.seek(0)
+    return gzip.GzipFile(fileobj=handle, mode="rb"), True
 
 
 def _gunzip(name: str | Path, raw: bytes) -> tuple[bytes, bool]:
@@ -128,32 +166,60 @@ def _gunzip(name: str | Path, raw: bytes) -> tuple[bytes, bool]:
     try:
         return gzip.decompress(raw), True
     except (OSError, EOFError, zlib.error) as error:
-        raise DataError(
-            f"{name} starts with the gzip signature but is not a valid gzip "
-            f"file (corrupt or truncated?): {error}"
-        ) from error
+        raise _corrupt_gzip(name, error) from error
 
 
-def _position(data: bytes, offset: int, is_gzip: bool) -> str:
-    """'line L, byte B of that line (byte offset O in the file)', 1-based."""
-    line_start = data.rfind(b"\n", 0, offset) + 1
-    line_number = data.count(b"\n", 0, offset) + 1
-    where = "decompressed data" if is_gzip else "file"
-    return (
-        f"line {line_number}, byte {offset - line_start + 1} of that line "
-        f"(byte offset {offset} in the {where})"
+def _corrupt_gzip(name: str | Path, error: BaseException) -> DataError:
+    return DataError(
+        f"{name} starts with the gzip signature but is not a valid gzip "
+        f"file (corrupt or truncated?): {error}"
     )
 
 
-def _check_no_nul(path: str | Path, data: bytes, is_gzip: bool) -> None:
-    # Checked on the bytes: in UTF-8 a 0x00 byte is always U+0000 itself.
-    offset = data.find(_NUL)
-    if offset != -1:
-        raise DataError(
-            f"{path}: NUL byte (\\x00) at {_position(data, offset, is_gzip)}. "
-            "Text files never contain NUL; is this a binary or UTF-16 file? "
-            "It is rejected with --lenient-utf8 too."
-        )
+def _raw_blocks(
+    name: str | Path, handle: BinaryIO, is_gzip: bool, block_bytes: int
+) -> Iterator[tuple[bytes, bool]]:
+    """(block, is_last): blocks of whole lines; each but the last ends with
+    a newline (a file without newlines is one block)."""
+    pending: list[bytes] = []
+    ready = None
+    while True:
+        try:
+            data = handle.read(block_bytes)
+        except (OSError, EOFError, zlib.error) as error:
+            if is_gzip:
+                raise _corrupt_gzip(name, error) from error
+            raise DataError(f"Cannot read {name}: {error}") from error
+        if not data:
+            break
+        cut = data.rfind(b"\n") + 1
+        if not cut:
+            pending.append(data)
+            continue
+        if ready is not None:
+            yield ready, False
+        ready = b"".join([*pending, data[:cut]])
+        pending = [data[cut:]] if cut < len(data) else []
+    tail = b"".join(pending)
+    if ready is not None:
+        yield ready, not tail
+    if tail:
+        yield tail, True
+
+
+def _position(
+    data: bytes, offset: int, is_gzip: bool, first_line: int = 1, base: int = 0
+) -> str:
+    """'line L, byte B of that line (byte offset O in the file)', 1-based,
+    for `offset` in `data`, a block that starts at line `first_line` and
+    at byte `base` of the file."""
+    line_start = data.rfind(b"\n", 0, offset) + 1
+    line_number = first_line + data.count(b"\n", 0, offset)
+    where = "decompressed data" if is_gzip else "file"
+    return (
+        f"line {line_number}, byte {offset - line_start + 1} of that line "
+        f"(byte offset {base + offset} in the {where})"
+    )
 
 
 def _first_bare_cr(data: bytes) -> int:
@@ -162,40 +228,15 @@ def _first_bare_cr(data: bytes) -> int:
     return match.start() if match else -1
 
 
-def _check_line_ends(path: Path, data: bytes, is_gzip: bool) -> None:
-    # More bare CRs than newlines: the CRs are the line ends (classic Mac
-    # files), and the file would read as a few huge lines. A stray CR
-    # inside a sentence of an LF file stays text (see the module notes).
-    bare = data.count(b"\r") - data.count(b"\r\n")
-    # A file's last CR ends its last line either way: not counted against it.
-    if bare - data.endswith(b"\r") > data.count(b"\n"):
-        offset = _first_bare_cr(data)
-        raise DataError(
-            f"{path}: lines end with a bare carriage return (\\r without \\n, "
-            f"classic Mac line ends): {bare} of them, the first at "
-            f"{_position(data, offset, is_gzip)}. Only \\n or \\r\\n ends a "
-            "line here; convert the file, e.g. tr '\\r' '\\n' < IN > OUT."
-        )
-
-
-def _bare_cr_hint(path: Path, lines: list[str]) -> str:
-    """Why line counts may differ: CRs that some editor meant as line ends."""
-    number = next((n for n, line in enumerate(lines, 1) if "\r" in line), None)
-    if number is None:
-        return ""
-    return (
-        f" {path} has a bare carriage return (\\r without \\n) inside line "
-        f"{number}: if it was meant as a line end, convert it to \\n."
-    )
-
-
 def _split_lines(text: str) -> list[str]:
     """Split on '\\n' only, dropping one trailing '\\r' per line."""
     if not text:
         return []
     lines = text.split("\n")
-    if lines[-1] == "":  # The file ends with a newline: no extra line.
+    if lines[-1] == "":  # The block ends with a newline: no extra line.
         lines.pop()
+    if "\r" not in text:  # Most files: no line to look at.
+        return lines
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
@@ -215,44 +256,164 @@ def _decode_leniently(data: bytes) -> tuple[list[str], list[int]]:
     return lines, bad
 
 
-def _read_lines(path: Path, lenient_utf8: bool) -> tuple[list[str], list[int]]:
-    """Lines of a text file and the 1-based numbers of lines with bad UTF-8.
+class TextStream:
+    """The lines of one text file (or of bytes), block by block, with every
+    check of the module notes. Iterating yields (lines, is_last) per block;
+    `lines_read` counts the lines so far. `finish` (after the last block)
+    warns about lenient replacements.
 
-    The second list is empty unless `lenient_utf8` is true and invalid bytes
-    were replaced.
+    Use `open_text_stream`; a stream is read once.
     """
-    data, is_gzip = _read_bytes(path)
-    return _decode_lines(path, data, is_gzip, lenient_utf8)
 
+    def __init__(
+        self,
+        name: str | Path,
+        handle: BinaryIO,
+        is_gzip: bool,
+        *,
+        lenient_utf8: bool = False,
+        block_bytes: int | None = None,
+    ):
+        self.name = name
+        self.lenient_utf8 = lenient_utf8
+        self._handle, self._is_gzip = handle, is_gzip
+        self._block_bytes = block_bytes or _BLOCK_BYTES
+        self.lines_read = 0
+        self.first_cr_line: int | None = None  # A '\r' kept inside a line.
+        self._offset = 0
+        self._bare_cr = self._newlines = 0
+        self._first_bare_cr: str | None = None
+        self._replaced = 0
+        self._first_replaced: int | None = None
 
-def _decode_lines(
-    name: str | Path, data: bytes, is_gzip: bool, lenient_utf8: bool
-) -> tuple[list[str], list[int]]:
-    _check_no_nul(name, data, is_gzip)
-    _check_line_ends(name, data, is_gzip)
-    try:
-        lines, bad = _split_lines(data.decode("utf-8")), []
-    except UnicodeDecodeError as error:
-        if not lenient_utf8:
+    def __iter__(self) -> Iterator[tuple[list[str], bool]]:
+        try:
+            blocks = _raw_blocks(
+                self.name, self._handle, self._is_gzip, self._block_bytes
+            )
+            for data, is_last in blocks:
+                yield self._lines(data, is_last), is_last
+        finally:
+            self._handle.close()
+
+    def lines(self) -> Iterator[list[str]]:
+        """The blocks' lines alone."""
+        for lines, _ in self:
+            yield lines
+
+    def _lines(self, data: bytes, is_last: bool) -> list[str]:
+        first = self.lines_read + 1
+        self._check_no_nul(data, first)
+        bare = self._count_bare_crs(data, first) if b"\r" in data else 0
+        if is_last and self._bare_cr:
+            self._check_line_ends(data)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if not self.lenient_utf8:
+                where = _position(data, error.start, self._is_gzip, first, self._offset)
+                raise DataError(
+                    f"{self.name}: invalid UTF-8 at {where}: {error.reason}. Pass "
+                    "--lenient-utf8 (lenient_utf8=True from Python) to replace "
+                    "invalid bytes with U+FFFD."
+                ) from error
+            lines, bad = _decode_leniently(data)
+            self._note_replaced(first, bad)
+        else:
+            lines = _split_lines(text)
+        if first == 1 and lines and lines[0].startswith(_UTF8_BOM):
+            lines[0] = lines[0][1:]
+        if bare and self.first_cr_line is None:  # A CR kept inside a line.
+            inner = next((n for n, line in enumerate(lines) if "\r" in line), None)
+            if inner is not None:
+                self.first_cr_line = first + inner
+        # Every line but an unterminated last one ends with a newline.
+        self._newlines += len(lines) - (not data.endswith(b"\n"))
+        self.lines_read += len(lines)
+        self._offset += len(data)
+        return lines
+
+    def _check_no_nul(self, data: bytes, first: int) -> None:
+        # Checked on the bytes: in UTF-8 a 0x00 byte is always U+0000 itself.
+        offset = data.find(_NUL)
+        if offset != -1:
+            where = _position(data, offset, self._is_gzip, first, self._offset)
             raise DataError(
-                f"{name}: invalid UTF-8 at {_position(data, error.start, is_gzip)}: "
-                f"{error.reason}. Pass --lenient-utf8 (lenient_utf8=True from "
-                "Python) to replace invalid bytes with U+FFFD."
-            ) from error
-        lines, bad = _decode_leniently(data)
-    if lines and lines[0].startswith(_UTF8_BOM):
-        lines[0] = lines[0][1:]
-    return lines, bad
+                f"{self.name}: NUL byte (\\x00) at {where}. Text files never "
+                "contain NUL; is this a binary or UTF-16 file? It is rejected "
+                "with --lenient-utf8 too."
+            )
 
+    def _count_bare_crs(self, data: bytes, first: int) -> int:
+        """Count the block's CRs that are not in a CRLF; note the first."""
+        bare = data.count(b"\r") - data.count(b"\r\n")
+        self._bare_cr += bare
+        if bare and self._first_bare_cr is None:
+            offset = _first_bare_cr(data)
+            self._first_bare_cr = _position(
+                data, offset, self._is_gzip, first, self._offset
+            )
+        return bare
 
-def _warn_replaced(path: str | Path, bad_lines: list[int]) -> None:
-    if bad_lines:
-        warnings.warn(
-            f"{path}: replaced invalid UTF-8 bytes with U+FFFD in "
-            f"{_plural(len(bad_lines), 'line')} (first at line {bad_lines[0]})",
-            UnicodeWarning,
-            stacklevel=3,
+    def _check_line_ends(self, last: bytes) -> None:
+        # More bare CRs than newlines in the whole file: the CRs are the line
+        # ends (classic Mac files), and the file would read as a few huge
+        # lines. A stray CR inside a sentence of an LF file stays text (see
+        # the module notes). Checked at the last block, before it is decoded;
+        # a file's last CR ends its last line either way: not counted.
+        newlines = self._newlines + last.count(b"\n")
+        if self._bare_cr - last.endswith(b"\r") > newlines:
+            raise DataError(
+                f"{self.name}: lines end with a bare carriage return (\\r without "
+                f"\\n, classic Mac line ends): {self._bare_cr} of them, the first "
+                f"at {self._first_bare_cr}. Only \\n or \\r\\n ends a line here; "
+                "convert the file, e.g. tr '\\r' '\\n' < IN > OUT."
+            )
+
+    def _note_replaced(self, first: int, bad: list[int]) -> None:
+        if bad and self._first_replaced is None:
+            self._first_replaced = first + bad[0] - 1
+        self._replaced += len(bad)
+
+    def finish(self) -> None:
+        """Warn (`UnicodeWarning`) about lines with replaced bytes, if any."""
+        if self._replaced:
+            warnings.warn(
+                f"{self.name}: replaced invalid UTF-8 bytes with U+FFFD in "
+                f"{_plural(self._replaced, 'line')} (first at line "
+                f"{self._first_replaced})",
+                UnicodeWarning,
+                stacklevel=3,
+            )
+
+    def bare_cr_hint(self) -> str:
+        """Why line counts may differ: CRs that some editor meant as line ends."""
+        if self.first_cr_line is None:
+            return ""
+        return (
+            f" {self.name} has a bare carriage return (\\r without \\n) inside line "
+            f"{self.first_cr_line}: if it was meant as a line end, convert it to \\n."
         )
+
+
+def open_text_stream(
+    path: str | os.PathLike[str],
+    *,
+    lenient_utf8: bool = False,
+    block_bytes: int | None = None,
+) -> TextStream:
+    """The lines of a text file (plain or gzip) as a `TextStream`."""
+    path = Path(path)
+    handle, is_gzip = _open(path)
+    return TextStream(
+        path, handle, is_gzip, lenient_utf8=lenient_utf8, block_bytes=block_bytes
+    )
+
+
+def _all_lines(stream: TextStream) -> list[str]:
+    lines = [line for block in stream.lines() for line in block]
+    stream.finish()
+    return lines
 
 
 def read_text_lines(
@@ -260,10 +421,7 @@ def read_text_lines(
 ) -> list[str]:
     """Every line of one text file (plain or gzip), with the same handling of
     line ends, BOM, NUL bytes and invalid UTF-8 as `read_parallel_files`."""
-    path = Path(path)
-    lines, bad = _read_lines(path, lenient_utf8)
-    _warn_replaced(path, bad)
-    return lines
+    return _all_lines(open_text_stream(path, lenient_utf8=lenient_utf8))
 
 
 def decode_text_lines(
@@ -272,9 +430,86 @@ def decode_text_lines(
     """`read_text_lines` for bytes that are not in a file (standard input):
     the same checks, with `name` in every message."""
     data, is_gzip = _gunzip(name, data)
-    lines, bad = _decode_lines(name, data, is_gzip, lenient_utf8)
-    _warn_replaced(name, bad)
-    return lines
+    stream = TextStream(name, io.BytesIO(data), is_gzip, lenient_utf8=lenient_utf8)
+    return _all_lines(stream)
+
+
+@dataclass(frozen=True)
+class PairBlock:
+    """Consecutive pairs of a corpus: `source[i]` and `target[i]` come from
+    line (or example) `first_line + i`."""
+
+    first_line: int
+    source: list[str]
+    target: list[str]
+
+
+def iter_parallel_files(
+    source_path: str | os.PathLike[str],
+    target_path: str | os.PathLike[str],
+    *,
+    lenient_utf8: bool = False,
+    block_bytes: int | None = None,
+) -> Iterator[PairBlock]:
+    """`read_parallel_files` block by block: memory is bounded by a block.
+
+    The checks and errors are `read_parallel_files`'s; a line-count mismatch
+    is found when the shorter file ends (the longer is then read to its end
+    to count its lines)."""
+    streams = [
+        open_text_stream(path, lenient_utf8=lenient_utf8, block_bytes=block_bytes)
+        for path in (source_path, target_path)
+    ]
+    blocks = [stream.lines() for stream in streams]
+    pending: list[list[str] | None] = [[], []]
+    first = 1
+    while True:
+        for side in (0, 1):
+            if pending[side] == []:
+                pending[side] = next(blocks[side], None)
+        if pending[0] is None or pending[1] is None:
+            break
+        count = min(len(pending[0]), len(pending[1]))
+        yield PairBlock(first, pending[0][:count], pending[1][:count])
+        pending = [pending[0][count:], pending[1][count:]]
+        first += count
+    for side in (0, 1):
+        for _ in blocks[side]:  # Counts (and checks) the rest of the longer.
+            pass
+    _check_same_length(*streams)
+    for stream in streams:
+        stream.finish()
+
+
+def _check_same_length(source: TextStream, target: TextStream) -> None:
+    if source.lines_read == target.lines_read:
+        return
+    shorter, longer = (
+        (source, target) if source.lines_read < target.lines_read else (target, source)
+    )
+    raise DataError(
+        "Parallel files have different line counts: "
+        f"{source.name} has {_plural(source.lines_read, 'line')}, "
+        f"{target.name} has {_plural(target.lines_read, 'line')}. "
+        f"Line {shorter.lines_read + 1} of {longer.name} is the first with no "
+        f"counterpart in {shorter.name}."
+        + source.bare_cr_hint()
+        + target.bare_cr_hint()
+    )
+
+
+def collect_pairs(blocks: Iterable[PairBlock], origin: str) -> ParallelCorpus:
+    """The pairs of `blocks`, held in memory, with their line numbers."""
+    source: list[str] = []
+    target: list[str] = []
+    lines: list[int] = []
+    for block in blocks:
+        source += block.source
+        target += block.target
+        lines += range(block.first_line, block.first_line + len(block.source))
+    return ParallelCorpus(
+        source=source, target=target, origin=origin, line_numbers=lines
+    )
 
 
 def read_parallel_files(
@@ -310,32 +545,40 @@ def read_parallel_files(
             (the message names both files, both counts and the first line
             number past the end of the shorter).
     """
-    source_path, target_path = Path(source_path), Path(target_path)
-    source, source_bad = _read_lines(source_path, lenient_utf8)
-    target, target_bad = _read_lines(target_path, lenient_utf8)
-    if len(source) != len(target):
-        shorter, longer = (
-            (source_path, target_path)
-            if len(source) < len(target)
-            else (target_path, source_path)
-        )
-        first_extra = min(len(source), len(target)) + 1
-        raise DataError(
-            "Parallel files have different line counts: "
-            f"{source_path} has {_plural(len(source), 'line')}, "
-            f"{target_path} has {_plural(len(target), 'line')}. "
-            f"Line {first_extra} of {longer} is the first with no counterpart "
-            f"in {shorter}."
-            + _bare_cr_hint(source_path, source)
-            + _bare_cr_hint(target_path, target)
-        )
-    _warn_replaced(source_path, source_bad)
-    _warn_replaced(target_path, target_bad)
-    return ParallelCorpus(
-        source=source,
-        target=target,
-        origin=f"{source_path} | {target_path}",
-        line_numbers=list(range(1, len(source) + 1)),
+    blocks = iter_parallel_files(source_path, target_path, lenient_utf8=lenient_utf8)
+    return collect_pairs(blocks, f"{Path(source_path)} | {Path(target_path)}")
+
+
+def iter_tsv(
+    path: str | os.PathLike[str],
+    *,
+    lenient_utf8: bool = False,
+    block_bytes: int | None = None,
+) -> Iterator[PairBlock]:
+    """`read_tsv` block by block: memory is bounded by a block."""
+    stream = open_text_stream(path, lenient_utf8=lenient_utf8, block_bytes=block_bytes)
+    first = 1
+    for lines, is_last in stream:
+        if is_last and lines and lines[-1] == "":
+            lines.pop()  # One blank line at the very end is not a pair.
+        source, target = [], []
+        for number, line in enumerate(lines, start=first):
+            if line.count("\t") != 1:
+                raise _bad_tsv_line(stream.name, number, line)
+            left, right = line.split("\t")
+            source.append(left)
+            target.append(right)
+        yield PairBlock(first, source, target)
+        first += len(lines)
+    stream.finish()
+
+
+def _bad_tsv_line(path: str | Path, number: int, line: str) -> DataError:
+    preview = line if len(line) <= 60 else line[:57] + "..."
+    tabs = line.count("\t")
+    return DataError(
+        f"{path}, line {number}: expected exactly one tab between source "
+        f"and target, found {tabs}: {preview!r}"
     )
 
 
@@ -364,26 +607,4 @@ def read_tsv(
             or is not valid UTF-8, or if a line does not have exactly one
             tab (the message names the file and the line number).
     """
-    path = Path(path)
-    lines, bad = _read_lines(path, lenient_utf8)
-    if lines and lines[-1] == "":
-        lines.pop()
-    source, target = [], []
-    for number, line in enumerate(lines, start=1):
-        tabs = line.count("\t")
-        if tabs != 1:
-            preview = line if len(line) <= 60 else line[:57] + "..."
-            raise DataError(
-                f"{path}, line {number}: expected exactly one tab between source "
-                f"and target, found {tabs}: {preview!r}"
-            )
-        left, right = line.split("\t")
-        source.append(left)
-        target.append(right)
-    _warn_replaced(path, bad)
-    return ParallelCorpus(
-        source=source,
-        target=target,
-        origin=str(path),
-        line_numbers=list(range(1, len(source) + 1)),
-    )
+    return collect_pairs(iter_tsv(path, lenient_utf8=lenient_utf8), str(Path(path)))

@@ -6,12 +6,19 @@ module imports nothing heavy.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from keras_transformer.data.text_files import DataError, ParallelCorpus
+from keras_transformer.data.text_files import (
+    DataError,
+    PairBlock,
+    ParallelCorpus,
+    collect_pairs,
+)
 
-__all__ = ["load_tfds"]
+__all__ = ["TfdsSplit", "load_tfds", "tfds_source"]
 
 
 def _tfds_text(value: Any, where: str) -> str:
@@ -106,6 +113,33 @@ def load_tfds(
             language pair cannot be determined or is not in an example, or
             a text is not valid UTF-8.
     """
+    source = tfds_source(
+        name, split, source_lang=source_lang, target_lang=target_lang, data_dir=data_dir
+    )
+    return collect_pairs(source.blocks(), source.origin)
+
+
+@dataclasses.dataclass(frozen=True)
+class TfdsSplit:
+    """One TFDS split, loaded: `blocks()` reads its examples block by block
+    (again at each call); `version` is the dataset's."""
+
+    origin: str
+    version: str
+    blocks: Callable[[], Iterator[PairBlock]]
+
+
+def tfds_source(
+    name: str,
+    split: str,
+    *,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    block_pairs: int = 50_000,
+) -> TfdsSplit:
+    """`load_tfds` without reading the examples yet (the same arguments and
+    errors): for corpora too large to hold."""
     try:
         import tensorflow_datasets as tfds
     except ImportError as error:
@@ -123,20 +157,22 @@ def load_tfds(
     dataset, info = loaded
     src, tgt = _tfds_languages(info, source_lang, target_lang, label)
 
-    source, target, numbers = [], [], []
-    for number, example in enumerate(tfds.as_numpy(dataset), start=1):
-        for lang in (src, tgt):
-            if lang not in example:
-                raise DataError(
-                    f"{label}, example {number}: no feature {lang!r}; the "
-                    f"example has {sorted(example)!r}"
-                )
-        source.append(_tfds_text(example[src], f"{label}, example {number}, {src}"))
-        target.append(_tfds_text(example[tgt], f"{label}, example {number}, {tgt}"))
-        numbers.append(number)
-    return ParallelCorpus(
-        source=source,
-        target=target,
-        origin=f"{label} {src}-{tgt}",
-        line_numbers=numbers,
-    )
+    def blocks() -> Iterator[PairBlock]:
+        source, target, first = [], [], 1
+        for number, example in enumerate(tfds.as_numpy(dataset), start=1):
+            for lang in (src, tgt):
+                if lang not in example:
+                    raise DataError(
+                        f"{label}, example {number}: no feature {lang!r}; the "
+                        f"example has {sorted(example)!r}"
+                    )
+            source.append(_tfds_text(example[src], f"{label}, example {number}, {src}"))
+            target.append(_tfds_text(example[tgt], f"{label}, example {number}, {tgt}"))
+            if len(source) == block_pairs:
+                yield PairBlock(first, source, target)
+                source, target, first = [], [], number + 1
+        if source:
+            yield PairBlock(first, source, target)
+
+    version = str(getattr(info, "version", ""))
+    return TfdsSplit(f"{label} {src}-{tgt}", version, blocks)

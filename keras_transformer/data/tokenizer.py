@@ -451,7 +451,9 @@ def train_tokenizer(
             f"Received: kind={kind!r}"
         )
     options = _sentencepiece_options(kind, normalization, byte_fallback)
-    texts = [t for t in texts if t.strip()]
+    texts = list(texts)
+    if not all(map(str.strip, texts)):  # One pass in C finds no blank text.
+        texts = [t for t in texts if t.strip()]
     if not texts:
         source = f" from {origin}" if origin else ""
         raise DataError(

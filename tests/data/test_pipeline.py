@@ -507,3 +507,20 @@ def test_a_budget_the_corpus_fills_keeps_the_budgets_rows():
     batches, source, _ = make_batches(count=200, seed=3, tokens_per_batch=64)
     assert [batches.batch_size(b) for b in range(3)] == [16, 8, 4]
     assert batches.shapes() == {(16, 4), (8, 8), (4, 16)}
+
+
+def test_an_epochs_plan_is_flat_arrays_and_pairs_come_once():
+    batches, source, target = make_batches(count=90, accumulation_steps=2)
+    plan = batches._plan(0)
+    # No per-pair Python objects: four bytes per pair, and per-batch arrays.
+    assert plan.order.dtype == np.int32 and plan.order.shape == (90,)
+    assert sorted(plan.order.tolist()) == list(range(90))
+    for array in (plan.start, plan.count, plan.bucket):
+        assert isinstance(array, np.ndarray) and array.shape == (len(batches),)
+    assert batches._bucket_ids.dtype == np.uint8
+    with pytest.raises(ValueError, match="Pass the pairs once"):
+        BucketedBatches(
+            source, target, pairs=batches.pairs, tokens_per_batch=64, buckets=BUCKETS
+        )
+    with pytest.raises(ValueError, match="Pass the pairs once"):
+        BucketedBatches(tokens_per_batch=64, buckets=BUCKETS)

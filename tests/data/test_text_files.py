@@ -331,3 +331,71 @@ def test_a_final_bare_cr_and_a_stray_one_are_text(tmp_path):
     # Only a file whose CRs outnumber its newlines is refused.
     assert read_text_lines(write(tmp_path / "a", b"hello\r")) == ["hello"]
     assert read_text_lines(write(tmp_path / "b", b"x\ry\nz\n")) == ["x\ry", "z"]
+
+
+# --------------------------------------------------------------------------
+# Streaming: blocks of a few bytes give what the whole-file readers give
+# --------------------------------------------------------------------------
+
+
+def _streamed(blocks):
+    source, target, firsts = [], [], []
+    for block in blocks:
+        assert block.first_line == len(source) + 1
+        assert len(block.source) == len(block.target)
+        source += block.source
+        target += block.target
+        firsts.append(block.first_line)
+    return source, target, firsts
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_tiny_blocks_give_the_whole_file_result(tmp_path, compress):
+    src = write(
+        tmp_path / "s",
+        b"\xef\xbb\xbf first\r\nin\rner\r\n\tlead tab\r\n\r\nlast no newline",
+        compress=compress,
+    )
+    tgt = write(tmp_path / "t", "a\x0cb\r\nc\u2028d\n  \n\nend\r".encode())
+    whole = read_parallel_files(src, tgt)
+    for block_bytes in (1, 3, 7, 64):
+        blocks = text_files.iter_parallel_files(src, tgt, block_bytes=block_bytes)
+        source, target, firsts = _streamed(blocks)
+        assert (source, target) == (whole.source, whole.target), block_bytes
+    assert len(firsts) > 1  # Several blocks were read at the smallest sizes.
+    tsv = write(tmp_path / "p.tsv", b"\xef\xbb\xbfa\tb\r\nc\t\n\td\n\n")
+    source, target, _ = _streamed(text_files.iter_tsv(tsv, block_bytes=2))
+    assert (source, target) == (["a", "c", ""], ["b", "", "d"])
+
+
+def test_errors_in_a_later_block_name_the_line_and_byte_of_the_file(tmp_path):
+    good = b"one\ntwo\nthree\n"
+    bad_utf8 = write(tmp_path / "u.en", good + b"fo\xffur\n")
+    nul = write(tmp_path / "n.en", good + b"f\x00our\n")
+    other = write(tmp_path / "o.de", b"1\n2\n3\n4\n")
+    with pytest.raises(DataError, match=r"u\.en: invalid UTF-8 at line 4, byte 3 "):
+        list(text_files.iter_parallel_files(bad_utf8, other, block_bytes=4))
+    with pytest.raises(DataError, match=r"byte offset 16 in the file"):
+        list(text_files.iter_parallel_files(bad_utf8, other, block_bytes=4))
+    with pytest.raises(DataError, match=r"n\.en: NUL byte .* line 4, byte 2 "):
+        list(text_files.iter_parallel_files(nul, other, block_bytes=4))
+
+
+def test_streamed_line_count_mismatch_counts_the_longer_file_to_its_end(tmp_path):
+    src = write(tmp_path / "long.en", b"1\n2\n3\n4\n5\n", compress=True)
+    tgt = write(tmp_path / "short.de", b"1\n2\n3\n")
+    with pytest.raises(DataError) as info:
+        list(text_files.iter_parallel_files(src, tgt, block_bytes=2))
+    message = str(info.value)
+    assert "has 5 lines" in message and "has 3 lines" in message
+    assert f"Line 4 of {src} is the first with no counterpart in {tgt}" in message
+
+
+def test_streamed_lenient_utf8_warns_once_per_file_with_the_first_line(tmp_path):
+    src = write(tmp_path / "bad.en", b"ok\nfine\n\xff x\nfine\n\xc3( y\n")
+    tgt = write(tmp_path / "good.de", b"a\nb\nc\nd\ne\n")
+    with pytest.warns(UnicodeWarning, match=r"bad\.en.*2 lines \(first at line 3\)"):
+        source, _, _ = _streamed(
+            text_files.iter_parallel_files(src, tgt, lenient_utf8=True, block_bytes=5)
+        )
+    assert source == ["ok", "fine", "\ufffd x", "fine", "\ufffd( y"]

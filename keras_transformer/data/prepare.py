@@ -1,0 +1,537 @@
+"""`keras-transformer prepare`: read a corpus once and write a token store.
+
+`prepare_store(options)` makes the store `token_store` describes, from any
+corpus `train` reads (text files, TSV, gzip, `multi30k`, `builtin`,
+`tfds:NAME`), in passes that hold one block of pairs at a time:
+
+1. The evaluation splits (small) are read whole; the training split is
+   streamed once with every check of `text_files` (line counts, UTF-8, NUL
+   bytes: errors name the file and line) while a seeded sample of at most
+   `tokenizer_sample` sentences is drawn for the tokenizer (all of them,
+   in the corpus's order, when there are no more).
+2. The joint tokenizer is learned from the sample.
+3. The training split is streamed again and encoded by `workers`
+   processes (`block_encoding.EncoderPool`; SentencePiece), results in
+   order; empty and over-long pairs are dropped and reported with their
+   line numbers. Then the evaluation splits are encoded, unfiltered.
+
+Everything is written into a staging directory beside the store and
+renamed into place when whole (`manifest.json` last), so an interrupted or
+failed prepare (a full disk: `StoreWriteError`) leaves nothing that
+training would accept. The store is found again by its key, the SHA-256 of
+the inputs (each source file's bytes, or what identifies a generated or
+TFDS corpus) and the settings: preparing the same inputs again reuses it,
+after checking every file's SHA-256, and says so. Without `out` the store
+goes to `$KERAS_TRANSFORMER_CACHE/stores/KEY` (else
+`~/.cache/keras_transformer/stores/KEY`), which is where `train` on text
+looks for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import itertools
+import json
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from keras_transformer._user_cache import user_cache_root
+from keras_transformer.atomic_files import PARTIAL_MARK, atomic_directory
+from keras_transformer.data.block_encoding import (
+    EncoderPool,
+    available_cores,
+    encode_block,
+    encode_corpus,
+)
+from keras_transformer.data.datasets import SplitSource, dataset_sources
+from keras_transformer.data.pipeline import FilterReport
+from keras_transformer.data.text_files import (
+    DataError,
+    PairBlock,
+    ParallelCorpus,
+    collect_pairs,
+    sha256_file,
+)
+from keras_transformer.data.token_store import (
+    EVAL_SPLITS,
+    FORMAT_VERSION,
+    TOKENIZER_DIR,
+    SplitWriter,
+    StoreError,
+    StoreWriteError,
+    TokenStore,
+    new_manifest,
+    open_store,
+    token_dtype,
+    tokenizer_sha256,
+    write_evaluation_text,
+    write_manifest,
+)
+from keras_transformer.data.tokenizer import SentencePieceTokenizer, train_tokenizer
+from keras_transformer.options import PrepareOptions
+
+__all__ = [
+    "default_store_path",
+    "learn_tokenizer",
+    "prepare_store",
+    "store_key",
+    "store_location",
+]
+
+_PROGRESS_SECONDS = 30
+
+
+def _log(message: str) -> None:
+    print(f"[keras-transformer] {message}", flush=True)
+
+
+def default_store_path(key: str) -> Path:
+    """Where a store of inputs and settings `key` goes without `out`."""
+    return user_cache_root() / "stores" / key[:24]
+
+
+def _settings(options: PrepareOptions) -> dict[str, Any]:
+    """What, besides the inputs, decides a store's content."""
+    return {
+        "tokenizer": options.tokenizer,
+        "vocab_size": options.vocab_size,
+        "tokenizer_sample": options.tokenizer_sample,
+        "max_length": options.max_length,
+        "seed": options.seed,
+        "lenient_utf8": options.data.lenient_utf8,
+    }
+
+
+def _source_records(sources: dict[str, SplitSource]) -> list[dict[str, Any]]:
+    """Each source file's path, size, time and SHA-256 (the manifest's
+    `sources`): one read of the files, before anything else."""
+    records = []
+    for split, source in sorted(sources.items()):
+        for path in source.files:
+            digest = sha256_file(path)  # DataError for a missing file.
+            stat = path.stat()
+            records.append(
+                {
+                    "split": split,
+                    "path": str(path.resolve()),
+                    "size": stat.st_size,
+                    "mtime_ns": stat.st_mtime_ns,
+                    "sha256": digest,
+                }
+            )
+    return records
+
+
+def store_key(
+    options: PrepareOptions,
+    sources: dict[str, SplitSource],
+    records: list[dict[str, Any]],
+) -> str:
+    """SHA-256 of the inputs' content and the settings (not of paths: the
+    same files elsewhere give the same store)."""
+    splits = {
+        name: {
+            "files": [(r["size"], r["sha256"]) for r in records if r["split"] == name],
+            "identity": source.identity,
+        }
+        for name, source in sorted(sources.items())
+    }
+    payload = {
+        "format_version": FORMAT_VERSION,
+        "settings": _settings(options),
+        "splits": splits,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+@dataclasses.dataclass
+class _Inputs:
+    """The corpus to prepare, identified (its files hashed once)."""
+
+    sources: dict[str, SplitSource]
+    records: list[dict[str, Any]]
+    key: str
+    out: Path
+
+    @classmethod
+    def of(cls, options: PrepareOptions) -> _Inputs:
+        sources = dataset_sources(options.data)
+        records = _source_records(sources)
+        key = store_key(options, sources, records)
+        out = Path(options.out).expanduser() if options.out else None
+        return cls(sources, records, key, out or default_store_path(key))
+
+
+def store_location(options: PrepareOptions) -> Path:
+    """Where `prepare_store(options)` puts (or finds) its store."""
+    return _Inputs.of(options).out
+
+
+def prepare_store(
+    options: PrepareOptions,
+    *,
+    log: Callable[[str], None] = _log,
+    verify_reused: bool = True,
+) -> TokenStore:
+    """Make the store of `options` (see the module doc), or find it made
+    (with `verify_reused`, every file's SHA-256 is checked first; `train`
+    leaves that to `prepare`, and checks sizes and indexes only).
+
+    Raises DataError naming the file and line for bad input (also an
+    empty training set, or nothing left after the length filter),
+    StoreError when `options.out` holds something else (a store of other
+    inputs, unless `overwrite`; anything that is not a store, always), and
+    StoreWriteError when a write fails."""
+    started = time.monotonic()
+    inputs = _Inputs.of(options)
+    with _locked(inputs.out, log):
+        store = _reusable(inputs, options, log, verify_reused)
+        if store is not None:
+            return store
+        _remove_partials(inputs.out)
+        atomic_directory(
+            inputs.out,
+            lambda staging: _write_store(staging, inputs, options, log),
+            replace=True,
+        )
+    store = open_store(inputs.out, check_sources=False)
+    log(_summary(store, time.monotonic() - started))
+    return store
+
+
+@contextlib.contextmanager
+def _locked(out: Path, log: Callable[[str], None]):
+    """Hold `.OUT.lock` beside the store: a second prepare of the same store
+    waits for the first, then finds its store made."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock = out.parent / f".{out.name}.lock"
+    with open(lock, "a+b") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            log(f"waiting for another process that prepares {out} ...")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _remove_partials(out: Path) -> None:
+    """Staging directories a killed prepare left beside `out` (the lock is
+    held: no other process writes them)."""
+    for path in out.parent.glob(f".{out.name}{PARTIAL_MARK}-*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _reusable(
+    inputs: _Inputs, options: PrepareOptions, log: Callable[[str], None], verify: bool
+) -> TokenStore | None:
+    """The store already in `out` for these inputs, else None when `out`
+    may be (re)written; refuses to replace what it must not."""
+    out = inputs.out
+    if not out.exists() or not any(out.iterdir()):
+        return None
+    explicit = options.out is not None
+    try:
+        store = open_store(out, check_sources=False, verify=verify)
+    except StoreError as error:
+        if not (out / "manifest.json").exists():
+            raise StoreError(
+                f"{out} is not empty and holds no token store; prepare will not "
+                "write into it. Choose another --out."
+            ) from None
+        if explicit and not options.overwrite:
+            raise StoreError(
+                f"{error} Pass --overwrite to replace it with a new store."
+            ) from None
+        log(f"replacing the damaged store in {out}: {error}")
+        return None
+    if store.key == inputs.key:
+        checked = "every file checked" if verify else "sizes and indexes checked"
+        log(
+            f"reusing the prepared store in {out}: the same inputs and settings "
+            f"(key {inputs.key[:12]}; {checked})"
+        )
+        return store
+    if explicit and not options.overwrite:
+        raise StoreError(
+            f"{out} holds a store of other inputs or settings "
+            f"({_differences(store, options)}); nothing was changed. Pass "
+            "--overwrite to replace it, or choose another --out."
+        )
+    return None
+
+
+def _differences(store: TokenStore, options: PrepareOptions) -> str:
+    wanted = _settings(options)
+    changed = [
+        f"{name}: stored {store.settings.get(name)!r}, requested {value!r}"
+        for name, value in wanted.items()
+        if store.settings.get(name) != value
+    ]
+    return "; ".join(changed) or "the source files or dataset differ"
+
+
+def _write_store(staging: Path, inputs: _Inputs, options: PrepareOptions, log) -> None:
+    sources, out = inputs.sources, inputs.out
+    evaluation = {
+        name: collect_pairs(sources[name].blocks(), sources[name].origin)
+        for name in EVAL_SPLITS
+        if name in sources
+    }
+    train = sources["train"]
+    tokenizer = learn_tokenizer(
+        train.blocks(),
+        train.origin,
+        kind=options.tokenizer,
+        vocab_size=options.vocab_size,
+        sample_size=options.tokenizer_sample,
+        seed=options.seed,
+        log=log,
+    )
+    tokenizer_dir = staging / TOKENIZER_DIR
+    try:
+        tokenizer.save(tokenizer_dir)
+    except OSError as error:
+        raise StoreWriteError(tokenizer_dir, error, out) from error
+    dtype = token_dtype(tokenizer.vocab_size)
+    splits = {"train": _encode_train(staging, train, tokenizer, options, out, log)}
+    for name, corpus in evaluation.items():
+        splits[name] = _encode_evaluation(staging, name, corpus, tokenizer, dtype, out)
+    _check_unchanged(inputs.records)
+    manifest = new_manifest(
+        key=inputs.key,
+        settings=_settings(options),
+        dataset=dataclasses.asdict(options.data),
+        sources=inputs.records,
+        tokenizer={
+            "kind": tokenizer.kind,
+            "vocab_size": tokenizer.vocab_size,
+            "sha256": tokenizer_sha256(tokenizer_dir),
+        },
+        token_dtype=dtype,
+        splits=splits,
+    )
+    write_manifest(staging, manifest, out)
+
+
+# --- pass 1: the tokenizer's sample ------------------------------------------------
+
+
+class _SentenceSample:
+    """A uniform sample of at most `size` non-blank sentences of a stream.
+
+    While everything fits, it keeps every sentence, sources then targets in
+    corpus order (what `train_tokenizer` was always given for a small
+    corpus, so its vocabulary stays the same); past `size`, reservoir
+    sampling (Li's algorithm L: a few random draws per replaced sentence,
+    none per sentence read) seeded by `seed`.
+    """
+
+    def __init__(self, size: int, seed: int):
+        self.size = size
+        self._rng = random.Random(seed)
+        self._source: list[str] = []
+        self._target: list[str] = []
+        self._items: list[str] | None = None  # The reservoir, once full.
+        self._seen = 0
+        self._weight = 0.0
+        self._next = 0
+
+    def add(self, source: list[str], target: list[str]) -> None:
+        for texts, kept in ((source, self._source), (target, self._target)):
+            if not all(map(str.strip, texts)):  # One pass in C, usually enough.
+                texts = [text for text in texts if text.strip()]
+            if self._items is None:
+                room = self.size - len(self._source) - len(self._target)
+                kept += texts[:room]
+                self._seen += min(room, len(texts))
+                texts = texts[room:]
+                if not texts:
+                    continue
+                self._fill()
+            self._replace(texts)
+
+    def _fill(self) -> None:
+        self._items = self._source + self._target
+        self._source, self._target = [], []
+        self._weight = math.exp(math.log(self._rng.random()) / self.size)
+        self._next = self._seen + self._skip()
+
+    def _skip(self) -> int:
+        return int(math.log(self._rng.random()) / math.log(1 - self._weight))
+
+    def _replace(self, texts: list[str]) -> None:
+        end = self._seen + len(texts)
+        while self._next < end:
+            self._items[self._rng.randrange(self.size)] = texts[self._next - self._seen]
+            self._weight *= math.exp(math.log(self._rng.random()) / self.size)
+            self._next += 1 + self._skip()
+        self._seen = end
+
+    def texts(self) -> list[str]:
+        return self._items if self._items is not None else self._source + self._target
+
+
+def learn_tokenizer(
+    blocks: Iterable[PairBlock],
+    origin: str,
+    *,
+    kind: str,
+    vocab_size: int,
+    sample_size: int,
+    seed: int,
+    log: Callable[[str], None] = _log,
+):
+    """Pass 1: read every block of a training split (and so check it) for a
+    seeded sample of at most `sample_size` sentences, and learn the joint
+    tokenizer from it."""
+    sample = _SentenceSample(sample_size, seed)
+    progress = _Progress(log, f"{origin} (checked, sampled)")
+    for block in blocks:
+        sample.add(block.source, block.target)
+        progress.add(len(block.source))
+    started = time.monotonic()
+    tokenizer = train_tokenizer(
+        sample.texts(),
+        vocab_size,
+        kind=kind,
+        sample_size=sample_size,
+        seed=seed,
+        origin=origin,
+    )
+    log(
+        f"learned a joint {kind} vocabulary of {tokenizer.vocab_size} "
+        f"in {time.monotonic() - started:.1f}s"
+    )
+    return tokenizer
+
+
+# --- pass 2: encoding --------------------------------------------------------------
+
+
+class _Progress:
+    """A line every half minute while a large split is encoded."""
+
+    def __init__(self, log: Callable[[str], None], what: str):
+        self._log, self._what = log, what
+        self._started = self._last = time.monotonic()
+        self.pairs = 0
+
+    def add(self, pairs: int) -> None:
+        self.pairs += pairs
+        now = time.monotonic()
+        if now - self._last >= _PROGRESS_SECONDS:
+            self._last = now
+            rate = self.pairs / (now - self._started)
+            self._log(f"{self._what}: {self.pairs:,} pairs read ({rate:,.0f}/s)")
+
+
+@contextlib.contextmanager
+def _encoded(blocks: Iterator, tokenizer, tokenizer_dir: Path, options, dtype: str):
+    """The `EncodedBlock`s of (line numbers, source, target) blocks, in
+    order: from worker processes for SentencePiece with more than one
+    worker and more than one block, else from this process (a single block
+    gains nothing from workers; WordPiece is a TensorFlow op that each
+    worker would have to load)."""
+    workers = options.workers or available_cores()
+    head = list(itertools.islice(blocks, 2))
+    blocks = itertools.chain(head, blocks)
+    if workers > 1 and len(head) > 1 and isinstance(tokenizer, SentencePieceTokenizer):
+        model_file = str(tokenizer_dir / SentencePieceTokenizer.model_file)
+        with EncoderPool(
+            model_file, workers, max_length=options.max_length, dtype=dtype
+        ) as pool:
+            yield pool.map(blocks)
+        return
+    yield (
+        encode_block(
+            tokenizer.encode,
+            source,
+            target,
+            lines,
+            max_length=options.max_length,
+            dtype=dtype,
+        )
+        for lines, source, target in blocks
+    )
+
+
+def _encode_train(
+    staging: Path, source: SplitSource, tokenizer, options, out: Path, log
+) -> dict[str, Any]:
+    """Pass 2 over the training split: the kept pairs into the store."""
+    dtype = token_dtype(tokenizer.vocab_size)
+    writer = SplitWriter(staging, "train", dtype, out)
+    empty: list[int] = []
+    too_long: list[int] = []
+    progress = _Progress(log, source.origin)
+    blocks = (
+        (range(b.first_line, b.first_line + len(b.source)), b.source, b.target)
+        for b in source.blocks()
+    )
+    tokenizer_dir = staging / TOKENIZER_DIR
+    with _encoded(blocks, tokenizer, tokenizer_dir, options, dtype) as results:
+        for result in results:
+            writer.append(result)
+            empty += result.empty_lines
+            too_long += result.too_long_lines
+            progress.add(result.pairs_read)
+    info = writer.close()
+    report = FilterReport(info["pairs"], empty, too_long)
+    log(report.summary(source.origin))
+    report.check_pairs_left(source.origin)
+    return {**info, "origin": source.origin, "filter": dataclasses.asdict(report)}
+
+
+def _encode_evaluation(
+    staging: Path,
+    name: str,
+    corpus: ParallelCorpus,
+    tokenizer,
+    dtype: str,
+    out: Path,
+) -> dict[str, Any]:
+    """An evaluation split: every pair (never filtered), and its text."""
+    block = encode_corpus(tokenizer.encode, corpus, max_length=None, dtype=dtype)
+    writer = SplitWriter(staging, name, dtype, out)
+    writer.append(block)
+    info = writer.close()
+    info["files"].update(write_evaluation_text(staging, name, corpus, out))
+    return {**info, "origin": corpus.origin}
+
+
+def _check_unchanged(records: list[dict[str, Any]]) -> None:
+    """A source file rewritten while it was read would leave a store of
+    neither version."""
+    for record in records:
+        stat = os.stat(record["path"])
+        if (stat.st_size, stat.st_mtime_ns) != (record["size"], record["mtime_ns"]):
+            raise DataError(
+                f"{record['path']} changed while it was being prepared "
+                f"({record['size']:,} bytes before, {stat.st_size:,} now); nothing "
+                "was written. Run prepare again once it is final."
+            )
+
+
+def _summary(store: TokenStore, seconds: float) -> str:
+    splits = store.manifest["splits"]
+    train = splits["train"]
+    size = sum(f.stat().st_size for f in store.path.rglob("*") if f.is_file())
+    others = "".join(
+        f", {name} {splits[name]['pairs']:,}" for name in EVAL_SPLITS if name in splits
+    )
+    return (
+        f"prepared {store.path}: train {train['pairs']:,} pairs "
+        f"({train['tokens']['source']:,} + {train['tokens']['target']:,} tokens)"
+        f"{others}; {size / 2**20:,.1f} MiB; {seconds:.1f}s "
+        f"({train['pairs'] / max(seconds, 1e-9):,.0f} pairs/s); fingerprint "
+        f"{store.fingerprint[:12]}"
+    )
