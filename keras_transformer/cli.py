@@ -374,8 +374,9 @@ def _read_stdin(args: argparse.Namespace) -> list[str]:
 
 def _translate(args: argparse.Namespace) -> int:
     lines = _read_lines(args.input, args) if args.input else _read_stdin(args)
-    for line in _translator(args)(lines):
-        print(line)
+    from keras_transformer.data.text_files import lines_text
+
+    sys.stdout.write(lines_text(_translator(args)(lines), "<stdout>"))
     return 0
 
 
@@ -416,9 +417,10 @@ def _evaluate(args: argparse.Namespace) -> int:
             )
         hypotheses = _translator(args)(sources)
     if args.output:
-        Path(args.output).write_text(
-            "".join(f"{line}\n" for line in hypotheses), encoding="utf-8"
-        )
+        from keras_transformer.data.text_files import lines_text
+
+        text = lines_text(hypotheses, args.output)
+        Path(args.output).write_text(text, encoding="utf-8")
     print(corpus_scores(hypotheses, references))
     if args.paper_bleu:
         print(

@@ -170,7 +170,8 @@ def evaluate_split(
     hypotheses = translator(corpus.source)
     if hypotheses_path is not None:
         from keras_transformer.atomic_files import atomic_write_text
+        from keras_transformer.data.text_files import lines_text
 
-        text = "".join(f"{line}\n" for line in hypotheses)
-        atomic_write_text(Path(hypotheses_path), text)
+        path = Path(hypotheses_path)
+        atomic_write_text(path, lines_text(hypotheses, str(path)))
     return corpus_scores(hypotheses, corpus.target)

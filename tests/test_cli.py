@@ -431,3 +431,28 @@ def test_python_options_name_the_field_and_flag_of_new_checks():
         training.TrainOptions(overrides={"vocab_size": 10})
     # None means "the same as vocab_size": nothing to refuse.
     assert training.TrainOptions(overrides={"target_vocab_size": None})
+
+
+# --- one line per sentence out ------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_a_translation_with_a_line_break_stays_on_its_line(
+    command, monkeypatch, capsys, tmp_path
+):
+    from keras_transformer import cli
+
+    source = tmp_path / "src.txt"
+    source.write_text("eins\nzwei\ndrei\n", encoding="utf-8")
+    translations = ["one", "two\nlines", "three"]
+    monkeypatch.setattr(cli, "_translator", lambda args: lambda lines: translations)
+    output = tmp_path / "hyp.txt"
+    if command == "translate":
+        argv = ["translate", "--run-dir", "unused", "--input", str(source)]
+    else:
+        argv = ["evaluate", "--run-dir", "unused", "--src", str(source),
+                "--ref", str(source), "--output", str(output)]  # fmt: skip
+    with pytest.warns(UserWarning, match="1 line held a line break.*line 2"):
+        assert main(argv) == 0
+    written = capsys.readouterr().out if command == "translate" else output.read_text()
+    assert written.splitlines() == ["one", "two lines", "three"]

@@ -64,6 +64,7 @@ __all__ = [
     "decode_text_lines",
     "iter_parallel_files",
     "iter_tsv",
+    "lines_text",
     "open_text_stream",
     "read_parallel_files",
     "read_text_lines",
@@ -75,6 +76,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = "\ufeff"
 _NUL = b"\x00"
 _BARE_CR = re.compile(rb"\r(?!\n)")
+_LINE_BREAKS = re.compile(r"\r\n|[\r\n]")
 
 
 class DataError(ValueError):
@@ -432,6 +434,31 @@ def decode_text_lines(
     data, is_gzip = _gunzip(name, data)
     stream = TextStream(name, io.BytesIO(data), is_gzip, lenient_utf8=lenient_utf8)
     return _all_lines(stream)
+
+
+def lines_text(lines: Iterable[str], name: str) -> str:
+    """The text of a file of `lines`, one per line, that these readers read
+    back as the same number of lines.
+
+    A line break inside a line (a translation may hold one: SentencePiece's
+    byte pieces can spell \\n or \\r) would shift every later line against
+    its source and reference, so each becomes a space, and a `UserWarning`
+    names `name`, how many lines changed and the first (1-based)."""
+    changed: list[int] = []
+    kept = []
+    for number, line in enumerate(lines, start=1):
+        if "\n" in line or "\r" in line:
+            changed.append(number)
+            line = _LINE_BREAKS.sub(" ", line)
+        kept.append(f"{line}\n")
+    if changed:
+        warnings.warn(
+            f"{name}: {_plural(len(changed), 'line')} held a line break, written "
+            f"as a space to keep one line per sentence (first at line {changed[0]})",
+            UserWarning,
+            stacklevel=2,
+        )
+    return "".join(kept)
 
 
 @dataclass(frozen=True)

@@ -399,3 +399,19 @@ def test_streamed_lenient_utf8_warns_once_per_file_with_the_first_line(tmp_path)
             text_files.iter_parallel_files(src, tgt, lenient_utf8=True, block_bytes=5)
         )
     assert source == ["ok", "fine", "\ufffd x", "fine", "\ufffd( y"]
+
+
+def test_lines_text_keeps_one_line_per_sentence_and_says_which_changed(tmp_path):
+    lines = ["ein Hund", "zwei\nZeilen", "crlf\r\nhier", "nur\rcr", "", "Ende"]
+    expected = r"out\.txt: 3 lines held a line break.*line 2\)"
+    with pytest.warns(UserWarning, match=expected):
+        text = text_files.lines_text(lines, "out.txt")
+    path = write(tmp_path / "out.txt", text.encode("utf-8"))
+    assert read_text_lines(path) == [
+        "ein Hund", "zwei Zeilen", "crlf hier", "nur cr", "", "Ende"
+    ]  # fmt: skip
+
+
+def test_lines_text_of_plain_lines_is_silent(recwarn):
+    assert text_files.lines_text(["a b", "", "c"], "x") == "a b\n\nc\n"
+    assert not recwarn.list
