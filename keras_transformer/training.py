@@ -151,16 +151,18 @@ def load_splits(options: TrainOptions) -> dict[str, Any]:
 
 
 def prepare_tokenizer(options: TrainOptions, splits: dict[str, Any]):
-    """Learn the joint vocabulary from the training split (as `prepare`
-    does: from a seeded sample of at most its default number of sentences)."""
+    """Learn the joint vocabulary from the training split as `train` on text
+    does through `prepare_options`: from prepare's default sample (its size
+    and seed), whatever the run's `--seed`."""
     train = splits["train"]
+    sample = PrepareOptions()
     return learn_tokenizer(
         [PairBlock(1, train.source, train.target)],
         train.origin,
         kind=options.tokenizer,
         vocab_size=options.vocab_size,
-        sample_size=PrepareOptions().tokenizer_sample,
-        seed=options.seed,
+        sample_size=sample.tokenizer_sample,
+        seed=sample.seed,
         log=_log,
     )
 

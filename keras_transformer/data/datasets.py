@@ -208,7 +208,13 @@ def _tfds(spec: DatasetSpec) -> dict[str, SplitSource]:
             target_lang=spec.target_lang,
             data_dir=spec.data_dir,
         )
-        identity = {"tfds": name, "split": theirs, "version": split.version}
+        # The direction too: de-en and en-de of one dataset are two corpora.
+        identity = {
+            "tfds": name,
+            "split": theirs,
+            "version": split.version,
+            "languages": list(split.languages),
+        }
         splits[ours] = SplitSource(split.origin, split.blocks, identity=identity)
     return splits
 

@@ -45,7 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from keras_transformer._user_cache import user_cache_root
-from keras_transformer.atomic_files import PARTIAL_MARK, atomic_directory
+from keras_transformer.atomic_files import (
+    PARTIAL_MARK,
+    atomic_directory,
+    atomic_write_text,
+)
 from keras_transformer.data.block_encoding import (
     EncoderPool,
     available_cores,
@@ -111,14 +115,43 @@ def _settings(options: PrepareOptions) -> dict[str, Any]:
     }
 
 
+def _digest_cache_file(path: Path) -> Path:
+    name = hashlib.sha256(str(path).encode()).hexdigest()[:32]
+    return user_cache_root() / "file-digests" / f"{name}.json"
+
+
+def _file_digest(path: Path) -> tuple[os.stat_result, str]:
+    """`path`'s stat and SHA-256. The digest is remembered in the cache under
+    the stat that identifies this version of the file (size, modification
+    and change times, inode), so that `train` on text, started again or in
+    every process of a multi-worker run, reads a large corpus's files once
+    and afterwards only stats them."""
+    try:
+        stat = path.resolve().stat()
+    except OSError:
+        sha256_file(path)  # Raises the readers' DataError, naming the file.
+        raise
+    version = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+    remembered = _digest_cache_file(path.resolve())
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        record = json.loads(remembered.read_text(encoding="utf-8"))
+        if record["version"] == version:
+            return stat, record["sha256"]
+    digest = sha256_file(path)
+    with contextlib.suppress(OSError):  # A read-only cache: hash again next time.
+        remembered.parent.mkdir(parents=True, exist_ok=True)
+        record = {"path": str(path.resolve()), "version": version, "sha256": digest}
+        atomic_write_text(remembered, json.dumps(record))
+    return stat, digest
+
+
 def _source_records(sources: dict[str, SplitSource]) -> list[dict[str, Any]]:
     """Each source file's path, size, time and SHA-256 (the manifest's
-    `sources`): one read of the files, before anything else."""
+    `sources`), hashed once per version of the file (`_file_digest`)."""
     records = []
     for split, source in sorted(sources.items()):
         for path in source.files:
-            digest = sha256_file(path)  # DataError for a missing file.
-            stat = path.stat()
+            stat, digest = _file_digest(path)  # DataError for a missing file.
             records.append(
                 {
                     "split": split,

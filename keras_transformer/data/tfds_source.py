@@ -122,11 +122,13 @@ def load_tfds(
 @dataclasses.dataclass(frozen=True)
 class TfdsSplit:
     """One TFDS split, loaded: `blocks()` reads its examples block by block
-    (again at each call); `version` is the dataset's."""
+    (again at each call); `version` is the dataset's; `languages` the
+    (source, target) features read."""
 
     origin: str
     version: str
     blocks: Callable[[], Iterator[PairBlock]]
+    languages: tuple[str, str]
 
 
 def tfds_source(
@@ -175,4 +177,4 @@ def tfds_source(
             yield PairBlock(first, source, target)
 
     version = str(getattr(info, "version", ""))
-    return TfdsSplit(f"{label} {src}-{tgt}", version, blocks)
+    return TfdsSplit(f"{label} {src}-{tgt}", version, blocks, (src, tgt))

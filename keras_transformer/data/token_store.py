@@ -266,7 +266,7 @@ class _StoredPairs(TokenPairs):
     data-loading worker process maps the files again instead of copying."""
 
     def __init__(self, store: TokenStore, split: str):
-        self._where = (str(store.path), split)
+        self._where = (str(store.path), split, store.fingerprint)
         info = store.manifest["splits"][split]
         arrays = []
         for side in SIDES:
@@ -290,8 +290,15 @@ class _StoredPairs(TokenPairs):
         return _reopen_pairs, self._where
 
 
-def _reopen_pairs(path: str, split: str) -> TokenPairs:
-    return open_store(path, check_sources=False).pairs(split)
+def _reopen_pairs(path: str, split: str, fingerprint: str) -> TokenPairs:
+    store = open_store(path, check_sources=False)
+    if store.fingerprint != fingerprint:
+        raise StoreError(
+            f"{path} was replaced (prepare --overwrite?) after this run opened "
+            f"it: fingerprint {store.fingerprint[:12]}, the run's {fingerprint[:12]}. "
+            "A run reads one store to its end; start it again to train on the new one."
+        )
+    return store.pairs(split)
 
 
 def _map(path: Path, dtype: str, count: int) -> np.ndarray:
@@ -420,7 +427,57 @@ def _read_manifest(path: Path) -> dict[str, Any]:
             f"{FORMAT_VERSION}. Prepare it again with this version "
             "(keras-transformer prepare)."
         )
+    missing = _missing_field(manifest)
+    if missing:
+        raise StoreError(
+            f"{manifest_path} is damaged: it lacks {missing}, or holds something "
+            "else there. Prepare the store again."
+        )
     return manifest
+
+
+# The fields a reader relies on: a name maps to the type of its value, or to
+# the fields of a dictionary; "*" stands for every key of one.
+_SPLIT_FIELDS = {
+    "pairs": int,
+    "longest": int,
+    "origin": str,
+    "tokens": {side: int for side in SIDES},
+    "files": {"*": {"bytes": int, "sha256": str}},
+}
+_MANIFEST_FIELDS = {
+    "fingerprint": str,
+    "key": str,
+    "settings": dict,
+    "token_dtype": str,
+    "tokenizer": {"sha256": str, "vocab_size": int},
+    "splits": {"train": {**_SPLIT_FIELDS, "filter": dict}, "*": _SPLIT_FIELDS},
+}
+
+
+def _missing_field(value: Any, fields: Any = None, where: str = "") -> str | None:
+    """The first field of `fields` that `value` lacks or holds in another
+    type, as a path (`splits.train.tokens.source`), or None."""
+    fields = _MANIFEST_FIELDS if fields is None else fields
+    if not isinstance(fields, dict):
+        return None if isinstance(value, fields) else where
+    if not isinstance(value, dict):
+        return where or "everything"
+    for name, inner in fields.items():
+        names = [key for key in value if key not in fields] if name == "*" else [name]
+        for key in names:
+            if key not in value:
+                return f"{where}.{key}".lstrip(".")
+            found = _missing_field(value[key], inner, f"{where}.{key}")
+            if found:
+                return found.lstrip(".")
+    if "splits" in fields:  # Each split's four files.
+        for split, info in value["splits"].items():
+            for side in SIDES:
+                for kind in ("tokens", "index"):
+                    if f"{split}.{side}.{kind}" not in info["files"]:
+                        return f"splits.{split}.files.{split}.{side}.{kind}"
+    return None
 
 
 def _check_tokenizer(store: TokenStore) -> None:
@@ -453,13 +510,17 @@ def _check_size(path: Path, expected: int) -> None:
 
 def _check_index(path: Path, info: dict[str, Any], side: str) -> None:
     """Offsets rise from 0 to the token count in steps of at most the
-    longest pair; read in blocks through plain reads, not the mapping."""
+    longest pair, and the file's SHA-256 is the manifest's (a damaged
+    offset can still rise); read in blocks through plain reads, not the
+    mapping."""
     pairs, tokens, longest = info["pairs"], info["tokens"][side], info["longest"]
     previous = 0  # What offset 0 must be, then the last offset read.
+    digest = hashlib.sha256()
     for start in range(0, pairs + 1, _CHECK_PAIRS):
         block = np.fromfile(
             path, "<i8", count=min(_CHECK_PAIRS, pairs + 1 - start), offset=8 * start
         )
+        digest.update(block.tobytes())
         before = np.concatenate([[previous], block[:-1]])
         steps = block - before
         bad = np.flatnonzero((steps < 0) | (steps > longest))
@@ -477,6 +538,12 @@ def _check_index(path: Path, info: dict[str, Any], side: str) -> None:
         raise StoreError(
             f"{path} is damaged: its last offset is {previous:,}, the manifest "
             f"counts {tokens:,} tokens. Prepare the store again."
+        )
+    if digest.hexdigest() != info["files"][path.name]["sha256"]:
+        raise StoreError(
+            f"{path} is damaged: its offsets rise as they should, but its SHA-256 "
+            "differs from the manifest's, so some pair would start or end in the "
+            "wrong place. Prepare the store again."
         )
 
 

@@ -7,6 +7,7 @@ import hashlib
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import keras_transformer
@@ -54,3 +55,31 @@ def assert_imports_nothing_heavy(module: str) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+TFDS_EXAMPLES = [
+    {"de": b"Guten Morgen .", "en": b"Good morning ."},
+    {"de": "Grüße".encode(), "en": b"Greetings"},
+    {"de": b"", "en": b"  spaced  "},
+]
+
+
+def install_fake_tfds(monkeypatch) -> types.ModuleType:
+    """A stand-in `tensorflow_datasets` whose every split holds
+    TFDS_EXAMPLES; `calls` records each `load`, and the name "broken"
+    fails to load."""
+    module = types.ModuleType("tensorflow_datasets")
+    module.calls = []
+    module.examples = list(TFDS_EXAMPLES)
+    module.info = types.SimpleNamespace(supervised_keys=("de", "en"), version="1.0.0")
+
+    def load(name, *, split, data_dir=None, with_info=False):
+        module.calls.append((name, split, data_dir, with_info))
+        if name == "broken":
+            raise RuntimeError("no such dataset")
+        return (module.examples, module.info) if with_info else module.examples
+
+    module.load = load
+    module.as_numpy = lambda dataset: iter(dataset)
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", module)
+    return module

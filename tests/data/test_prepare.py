@@ -25,7 +25,7 @@ from keras_transformer.data.token_store import (
 )
 from keras_transformer.data.tokenizer import train_tokenizer
 from keras_transformer.options import PrepareOptions, TrainOptions
-from tests.data.helpers import write
+from tests.data.helpers import install_fake_tfds, write
 from tests.helpers import write_training_corpus
 
 MAX_LENGTH = 32
@@ -176,6 +176,20 @@ def test_a_stores_pairs_pickle_as_their_path(store):
         np.testing.assert_array_equal(
             again.gather(side, members)[3], pairs.gather(side, members)[3]
         )
+
+
+def test_pairs_unpickled_after_their_store_was_replaced_are_refused(store, tmp_path):
+    import json
+    import pickle
+    import shutil
+
+    copy = shutil.copytree(store.path, tmp_path / "copy")
+    data = pickle.dumps(open_store(copy).pairs())
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["fingerprint"] = "0" * 64  # What prepare --overwrite of other text does.
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match=f"{copy} was replaced"):
+        pickle.loads(data)
 
 
 # --- the tokenizer's sample -----------------------------------------------------
@@ -468,3 +482,33 @@ def test_a_failure_while_workers_encode_stops_them_and_keeps_nothing(
     assert len(pools) == 1
     for process in pools[0]._processes:
         assert process.poll() is not None  # No worker is left running.
+
+
+def test_the_two_directions_of_a_tfds_corpus_are_two_stores(monkeypatch):
+    install_fake_tfds(monkeypatch)
+
+    def key(**languages):
+        spec = DatasetSpec(name="tfds:wmt14_translate/de-en", **languages)
+        return prepare._Inputs.of(PrepareOptions(data=spec)).key
+
+    de_en = key()  # The dataset's own order: de to en.
+    assert key(source_lang="de", target_lang="en") == de_en
+    assert key(source_lang="en", target_lang="de") != de_en
+
+
+def test_sources_are_hashed_once_per_version_of_the_file(tmp_path, monkeypatch):
+    """`train` on text finds its store at every start (and in every process)
+    by the files' SHA-256: after the first, a stat finds it again."""
+    files = write_training_corpus(tmp_path)
+    hashed = []
+    real = prepare.sha256_file
+    monkeypatch.setattr(prepare, "sha256_file", lambda p: hashed.append(p) or real(p))
+    options = options_for(files)
+    first = prepare._Inputs.of(options).key
+    assert len(hashed) == 4  # train and valid, two sides each.
+    assert prepare._Inputs.of(options).key == first
+    assert len(hashed) == 4
+    source = tmp_path / "train.en"
+    source.write_text(source.read_text(encoding="utf-8") + "One more.\n", "utf-8")
+    assert prepare._Inputs.of(options).key != first
+    assert [str(path) for path in hashed[4:]] == [str(source)]  # Only the changed one.

@@ -9,7 +9,11 @@ import pytest
 
 from keras_transformer.data.text_files import DataError
 from keras_transformer.data.tfds_source import load_tfds
-from tests.data.helpers import assert_imports_nothing_heavy
+from tests.data.helpers import (
+    TFDS_EXAMPLES,
+    assert_imports_nothing_heavy,
+    install_fake_tfds,
+)
 
 
 def test_load_tfds_not_installed(monkeypatch):
@@ -29,30 +33,9 @@ def test_load_tfds_not_installed_for_real():
         load_tfds("wmt14_translate/de-en", "validation")
 
 
-EXAMPLES = [
-    {"de": b"Guten Morgen .", "en": b"Good morning ."},
-    {"de": "Grüße".encode(), "en": b"Greetings"},
-    {"de": b"", "en": b"  spaced  "},
-]
-
-
 @pytest.fixture
 def fake_tfds(monkeypatch):
-    module = types.ModuleType("tensorflow_datasets")
-    module.calls = []
-    module.examples = list(EXAMPLES)
-    module.info = types.SimpleNamespace(supervised_keys=("de", "en"))
-
-    def load(name, *, split, data_dir=None, with_info=False):
-        module.calls.append((name, split, data_dir, with_info))
-        if name == "broken":
-            raise RuntimeError("no such dataset")
-        return (module.examples, module.info) if with_info else module.examples
-
-    module.load = load
-    module.as_numpy = lambda dataset: iter(dataset)
-    monkeypatch.setitem(sys.modules, "tensorflow_datasets", module)
-    return module
+    return install_fake_tfds(monkeypatch)
 
 
 def test_load_tfds_default_direction(fake_tfds, tmp_path):
@@ -88,7 +71,7 @@ def test_load_tfds_language_errors(fake_tfds):
 
 
 def test_load_tfds_bad_text_and_load_failure(fake_tfds):
-    fake_tfds.examples = [*EXAMPLES, {"de": b"\xff", "en": b"x"}]
+    fake_tfds.examples = [*TFDS_EXAMPLES, {"de": b"\xff", "en": b"x"}]
     with pytest.raises(DataError, match=r"example 4, de: invalid UTF-8"):
         load_tfds("x", "train")
     fake_tfds.examples = [{"de": 3, "en": b"x"}]

@@ -90,6 +90,28 @@ def test_not_a_store_is_refused_naming_the_manifest(tmp_path):
         open_store(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "change, missing",
+    [
+        (lambda m: m.pop("tokenizer"), "tokenizer"),
+        (lambda m: m["splits"]["train"]["tokens"].pop("source"), "train.tokens.source"),
+        (lambda m: m["splits"]["valid"].update(pairs="12"), "splits.valid.pairs"),
+        (lambda m: m["splits"]["train"].pop("filter"), "splits.train.filter"),
+        (
+            lambda m: m["splits"]["valid"]["files"].pop("valid.target.index"),
+            "splits.valid.files.valid.target.index",
+        ),
+    ],
+)
+def test_a_manifest_without_a_field_is_refused_naming_it(store_dir, change, missing):
+    rewrite_manifest(store_dir, change)
+    with pytest.raises(StoreError) as error:
+        open_store(store_dir)
+    message = str(error.value)
+    assert f"{store_dir / 'manifest.json'} is damaged: it lacks " in message
+    assert missing in message
+
+
 def test_another_tokenizer_is_refused(store_dir, made, tmp_path):
     # A store of another vocabulary lends its tokenizer.
     other = tmp_path / "other"
@@ -142,6 +164,18 @@ def test_a_damaged_index_is_refused_naming_it_and_the_offset(
         open_store(store_dir)
     message = str(error.value)
     assert f"{path} is damaged" in message and expected in message
+
+
+def test_an_index_damaged_within_the_rising_rule_is_found_by_its_digest(store_dir):
+    path = store_dir / "train.target.index"
+    offsets = np.fromfile(path, "<i8")
+    moved = offsets[5] + 1 if offsets[5] + 1 < offsets[6] else offsets[5] - 1
+    assert offsets[4] < moved < offsets[6]  # Still rising: pairs 4 and 5 resized.
+    offsets[5] = moved
+    offsets.tofile(path)
+    expected = r"train\.target\.index is damaged: its offsets"
+    with pytest.raises(StoreError, match=expected):
+        open_store(store_dir)
 
 
 def test_a_damaged_token_file_is_found_by_verify_or_by_a_batch(store_dir):
