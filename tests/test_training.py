@@ -293,6 +293,30 @@ def test_public_steps_compose_around_a_users_fit(corpus_files):
     assert list_checkpoints("unused") == []
 
 
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch's loader")
+def test_torch_epoch_loader_has_its_length_and_plans_the_next_epoch(corpus_files):
+    """Keras stops after len(loader) batches (it warns when it has to run
+    into the end instead), so the next epoch's plan is made by then."""
+    opts = options("unused", corpus_files)
+    splits = training.load_splits(opts)
+    data = training.prepare_batches(
+        opts, splits, training.prepare_tokenizer(opts, splits)
+    )
+    train = data.train
+    expected = []  # Each epoch's first labels.
+    for epoch in (0, 1):
+        first = next(train.batches_from(training.DataPosition(epoch, 0)))
+        expected.append(np.asarray(first[1]))
+    assert expected[0].shape != expected[1].shape or (expected[0] != expected[1]).any()
+    loader = train.for_fit()
+    assert len(loader) == len(train) > 1
+    for epoch in (0, 1):
+        iterator = iter(loader)
+        batches = [next(iterator) for _ in range(len(loader))]  # As Keras takes them.
+        np.testing.assert_array_equal(np.asarray(batches[0][1]), expected[epoch])
+    assert train.epoch == 2
+
+
 class WordTokenizer:
     """One id per whitespace-separated word: lengths are easy to set."""
 

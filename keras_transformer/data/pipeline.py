@@ -517,17 +517,29 @@ def _torch_loader(batches: BucketedBatches, start: DataPosition | None):
     """
     import torch
 
-    class Batches(torch.utils.data.IterableDataset):
+    class Stream(torch.utils.data.IterableDataset):
         def __iter__(self):
-            if start is not None:
-                yield from batches.batches_from(start)
-                return
-            for index in range(len(batches)):
-                yield batches[index]
-            batches.on_epoch_end()
+            yield from batches.batches_from(start)
 
+    class Epoch(torch.utils.data.IterableDataset):
+        """One epoch of known length: Keras then stops after the last batch
+        instead of running into the end (which it warns about as "input ran
+        out of data"), so the next epoch is planned before that batch."""
+
+        def __len__(self):
+            return len(batches)
+
+        def __iter__(self):
+            last = len(batches) - 1
+            for index in range(last + 1):
+                batch = batches[index]
+                if index == last:
+                    batches.on_epoch_end()
+                yield batch
+
+    dataset = Epoch() if start is None else Stream()
     return torch.utils.data.DataLoader(
-        Batches(), batch_size=None, generator=torch.Generator()
+        dataset, batch_size=None, generator=torch.Generator()
     )
 
 
