@@ -290,15 +290,14 @@ def sweep(args, sentences) -> list[str]:
                 try:
                     warm_up(server.port, sentences, [1, 32])
                     for clients in (1, 32):
-                        row = closed_loop(
-                            server.port, sentences, clients, args.requests, args.seconds
-                        )
+                        row = measured_loop(server.port, sentences, clients, args)
                         cells = [
                             engine,
                             size,
                             wait,
                             clients,
                             f"{row['per_second']:.1f}",
+                            f"{row['batch']:.1f}",
                         ]
                         cells += [f"{row['p50']:,.0f}", f"{row['p99']:,.0f}"]
                         lines.append("| " + " | ".join(map(str, cells)) + " |")
