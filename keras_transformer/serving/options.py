@@ -29,8 +29,9 @@ class ServeOptions:
         "others to join its batch (0: decode what is waiting at once)",
         minimum=0.0,
     )
-    # An accepted request waits at most about max_queue / throughput: at 2x
-    # the capacity, 256 let accepted requests wait 10-14 s, 64 about 2-3.
+    # An accepted request waits about max_queue / throughput plus a batch: at
+    # 2x the capacity of a 2-core machine (7-14 sentences/s), 256 gave a p99
+    # of 6-14 s and 64 of 9-11 s in a slower hour (docs/benchmarks.md).
     max_queue: int = setting(
         64, "texts that may wait for a batch; past them, 503 + Retry-After", minimum=1
     )
