@@ -90,8 +90,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
-def _at_least(minimum: float, kind=int):
-    """argparse type: a number >= minimum, with an error naming the bound."""
+def _at_least(minimum: float, kind=int, maximum: float | None = None):
+    """argparse type: a number >= minimum (and <= maximum, if given), with an
+    error naming the bound."""
 
     def parse(text: str):
         try:
@@ -102,6 +103,8 @@ def _at_least(minimum: float, kind=int):
             ) from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {text}")
         return value
 
     return parse
@@ -524,7 +527,7 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--port",
-        type=_at_least(0),
+        type=_at_least(0, maximum=65535),  # A larger one wraps around silently.
         default=DEFAULT_PORT,
         help=f"port (0: a free one, printed at start) (default: {DEFAULT_PORT})",
     )

@@ -59,6 +59,7 @@ def _compilation_cache(tmp_path_factory):
 BACKEND_NEUTRAL = (
     "tests/data/",
     "tests/test_atomic_files.py",
+    "tests/test_backend_parity.py",
     "tests/test_config.py",
     "tests/test_evaluation.py",
     "tests/test_plots.py",

@@ -92,6 +92,7 @@ def create_app(
             "limits": {
                 "max_texts": options.max_texts,
                 "max_text_chars": options.max_text_chars,
+                "max_text_tokens": options.max_text_tokens,
                 "max_beam_size": options.max_beam_size,
                 "max_body_bytes": options.max_body_bytes,
             },
@@ -101,6 +102,10 @@ def create_app(
                 "max_queue": options.max_queue,
             },
         }
+
+    def _check_tokens(fields: list[str], texts: list[str]) -> None:
+        counts = [len(ids) for ids in engine.tokenizer.encode(texts)]
+        protocol.check_token_counts(fields, counts, options)
 
     @app.post(
         "/v1/translate",
@@ -113,6 +118,8 @@ def create_app(
         parsed = protocol.validate(protocol.TranslateRequest, data)
         job = protocol.translate_job(parsed, settings, options)
         engine.check_settings(job.settings)
+        fields = [f"texts[{index}]" for index in range(len(job.texts))]
+        _check_tokens(fields, job.texts)
         future = batcher.submit(job.texts, job.settings)
         results = await asyncio.wrap_future(future)
         return JSONResponse(
@@ -140,6 +147,7 @@ def create_app(
             protocol.check_text(field, getattr(parsed, field), options)
         if not parsed.source.strip():
             raise RequestError(422, "source", "source is blank: nothing to attend to.")
+        _check_tokens(["source", "translation"], [parsed.source, parsed.translation])
         if not engine.has_attention:
             engine.attention(parsed.source, parsed.translation)  # Raises.
         future = batcher.submit_call(

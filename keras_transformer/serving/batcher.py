@@ -21,12 +21,13 @@ when), driven by explicit times; `Batcher` runs it on a worker thread.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 
@@ -53,10 +54,14 @@ class _Request:
         self.results[index] = result
         self.remaining -= 1
         if self.remaining == 0:
-            self.future.set_result(self.results[0] if self.single else self.results)
+            answer = self.results[0] if self.single else self.results
+            # The caller may cancel between done() and here (a forced exit):
+            # that must not stop the worker, whose batch has other callers.
+            with contextlib.suppress(InvalidStateError):
+                self.future.set_result(answer)
 
     def fail(self, error: BaseException) -> None:
-        if not self.future.done():
+        with contextlib.suppress(InvalidStateError):
             self.future.set_exception(error)
 
 

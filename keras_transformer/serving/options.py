@@ -39,6 +39,11 @@ class ServeOptions:
     max_text_chars: int = setting(
         1000, "characters per text (longer: 413; nothing is truncated)", minimum=1
     )
+    # Characters do not bound the work: byte fallback spells an emoji in 4
+    # tokens, and the encoder's attention grows with the square of the count.
+    max_text_tokens: int = setting(
+        256, "subword tokens per text, after tokenizing (longer: 413)", minimum=1
+    )
     max_beam_size: int = setting(8, "the widest beam a request may ask for", minimum=1)
     threads: int = setting(
         0,
@@ -59,5 +64,6 @@ class ServeOptions:
     @property
     def max_body_bytes(self) -> int:
         """The largest body a valid request can need: every text at the
-        limit, each character escaped (`\\uXXXX`, 6 bytes), plus the rest."""
-        return self.max_texts * (6 * self.max_text_chars + 8) + 4096
+        limit, each character escaped (`\\uXXXX`, 6 bytes; 12 for one outside
+        the BMP, a surrogate pair), plus the rest."""
+        return self.max_texts * (12 * self.max_text_chars + 8) + 4096

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -138,6 +139,10 @@ def parse_body(body: bytes) -> Any:
             f"The body is not valid JSON: {error.msg} at line {error.lineno} "
             f"column {error.colno}.",
         ) from None
+    except (ValueError, RecursionError) as error:  # Too deep; an over-long int.
+        raise RequestError(
+            400, "body", f"The body cannot be read as JSON here: {error}."
+        ) from None
 
 
 def _refuse_constant(name: str):
@@ -179,6 +184,21 @@ def _field_path(location) -> str:
 def _show(problem: dict) -> str:
     text = json.dumps(problem.get("input"), ensure_ascii=False)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_token_counts(
+    fields: Sequence[str], counts: Sequence[int], limits: ServeOptions
+) -> None:
+    """413 for the first text whose subword tokens exceed the limit."""
+    for field, count in zip(fields, counts):
+        if count > limits.max_text_tokens:
+            raise RequestError(
+                413,
+                field,
+                f"{field} is {count} subword tokens long; the limit is "
+                f"{limits.max_text_tokens} (--max-text-tokens). Nothing is "
+                "truncated: split the text.",
+            )
 
 
 def check_text(field: str, text: str, limits: ServeOptions) -> None:

@@ -156,3 +156,15 @@ def test_submit_call_answers_with_the_calls_result():
     batcher = Batcher(EchoEngine(), max_batch_size=4, max_wait_ms=0, max_queue=4)
     assert batcher.submit_call(lambda: {"weights": 1}).result(10) == {"weights": 1}
     batcher.stop()
+
+
+def test_a_caller_cancelled_meanwhile_does_not_stop_the_worker():
+    from keras_transformer.serving.batcher import _Request
+
+    gone = _Request(2)
+    gone.future.cancel()
+    gone.future.done = lambda: False  # Cancelled between the check and the set.
+    gone.fill(0, "a")
+    gone.fill(1, "b")  # Would raise InvalidStateError in the worker thread.
+    gone.fail(RuntimeError("batch failed"))
+    assert gone.future.cancelled()

@@ -39,6 +39,8 @@ def test_invalid_utf8_names_the_byte_and_its_offset():
         (b'{"texts": ["a"]', "Expecting ',' delimiter at line 1 column 16"),
         (b"", "Expecting value at line 1 column 1"),
         (b'{"texts": ["a"], "alpha": NaN}', "NaN is not a number"),
+        (b"[" * 100_000, "cannot be read as JSON here: maximum recursion"),
+        (b'{"alpha": ' + b"9" * 5000 + b"}", "cannot be read as JSON here"),
     ],
 )
 def test_invalid_json_says_where(body, expected):
@@ -122,9 +124,12 @@ def test_a_valid_request_gets_the_servers_settings_with_its_changes():
 def test_the_body_limit_fits_the_largest_valid_request():
     import json
 
-    largest = {"texts": ["\u00e9" * 20] * 4, "beam_size": 6, "alpha": 0.25}
-    body = json.dumps(largest).encode()  # ensure_ascii: \u00e9, 6 bytes each.
-    assert len(body) <= LIMITS.max_body_bytes
+    limits = ServeOptions()  # The defaults: the fixed slack is small beside them.
+    for character in ("\u00e9", "\U0001f600"):  # 6 bytes escaped; 12 (a pair).
+        texts = [character * limits.max_text_chars] * limits.max_texts
+        largest = {"texts": texts, "beam_size": 8, "n_best": 8, "alpha": 0.25}
+        body = json.dumps(largest).encode()
+        assert len(body) <= limits.max_body_bytes, character
 
 
 def test_serve_options_refuse_a_request_that_could_never_be_queued():
