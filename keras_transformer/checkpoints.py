@@ -115,8 +115,16 @@ def restore_random_state(checkpoint: Checkpoint) -> None:
 
     torch.set_rng_state(decode(saved["torch_cpu"][0]))
     cuda = saved.get("torch_cuda", [])
-    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cuda and len(cuda) == visible:
         torch.cuda.set_rng_state_all([decode(state) for state in cuda])
+    elif cuda:
+        warnings.warn(
+            f"{checkpoint.path}: saved the random state of {len(cuda)} CUDA "
+            f"device(s), {visible} visible now; the GPU's dropout draws start "
+            "afresh, so this resume is not bit-identical to an uninterrupted run.",
+            stacklevel=2,
+        )
 
 
 def _iterations(model: keras.Model) -> int:

@@ -214,6 +214,16 @@ def simulate_cpu_devices(count: int) -> None:
                 ) from None
 
 
+def _multi_process_launch() -> str:
+    """The environment variable that says this process is one of several
+    (torchrun's, TensorFlow's or JAX's cluster), or ""."""
+    for name in ("WORLD_SIZE", "KERAS_DISTRIBUTION_NUM_PROCESSES"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 1:
+            return f"{name}={value}"
+    return "TF_CONFIG set" if os.environ.get("TF_CONFIG") else ""
+
+
 def setup_distribution(mode: str = "auto") -> DistributionPlan:
     """Choose and start data-parallel training; see the module table."""
     if mode not in MODES:
@@ -225,6 +235,10 @@ def setup_distribution(mode: str = "auto") -> DistributionPlan:
         plan = _tensorflow_plan(mode) if backend == "tensorflow" else _jax_plan(mode)
         warn_if_gpus_unused()  # A CPU build on a GPU machine says nothing.
         return plan
+    launch = _multi_process_launch()
+    if backend == "torch" and mode == "auto" and launch:
+        # Each process would train alone on all the data, racing for the run.
+        raise ValueError(TORCH_UNSUPPORTED.format(mode=f"auto (with {launch})"))
     if mode in ("auto", "none"):
         warn_if_gpus_unused()
         return DistributionPlan("none")

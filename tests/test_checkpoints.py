@@ -126,6 +126,21 @@ def test_restore_is_exact_including_dropout_rng(saved):
     assert_state(fresh, numpy_state(model))
 
 
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch's generators")
+def test_a_gpu_random_state_that_cannot_be_restored_is_said(saved):
+    import dataclasses
+
+    import torch
+
+    directory, _, _ = saved
+    restored = restore_latest(compiled_model(seed=99), directory, RUN)
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    state = {**restored.random_state, "torch_cuda": ["AAAA"] * (visible + 1)}
+    other = dataclasses.replace(restored, random_state=state)
+    with pytest.warns(UserWarning, match=rf"{visible + 1} CUDA device\(s\), {visible}"):
+        restore_random_state(other)
+
+
 def test_list_orders_by_recorded_step_and_skips_partial_files(saved):
     directory, model, _ = saved
     save_checkpoint(model, directory, step=10, run_id=RUN, position=DataPosition(2, 0))

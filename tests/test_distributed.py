@@ -158,6 +158,21 @@ def test_torch_refuses_data_parallel_saying_why_and_what_works(
 
 
 @pytest.mark.skipif(BACKEND != "torch", reason="the torch backend's refusal")
+@pytest.mark.parametrize(
+    "name, value", [("WORLD_SIZE", "2"), ("KERAS_DISTRIBUTION_NUM_PROCESSES", "4")]
+)
+def test_torch_auto_in_a_multi_process_launch_is_refused(name, value, monkeypatch):
+    """Under torchrun every process would train alone on all the data."""
+    from keras_transformer.distribution import setup_distribution
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=rf"--distribute auto \(with {name}={value}\)"):
+        setup_distribution("auto")
+    monkeypatch.setenv(name, "1")
+    assert setup_distribution("auto").mode == "none"
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="the torch backend's refusal")
 def test_torch_refuses_cpu_devices_naming_the_flag():
     from keras_transformer.distribution import simulate_cpu_devices
 
