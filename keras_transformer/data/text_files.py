@@ -194,7 +194,9 @@ def _raw_blocks(
             raise DataError(f"Cannot read {name}: {error}") from error
         if not data:
             break
-        cut = data.rfind(b"\n") + 1
+        # A read with a NUL stays whole, so that the NUL check (first in each
+        # block) names a binary file before a UTF-8 error earlier in it.
+        cut = len(data) if _NUL in data else data.rfind(b"\n") + 1
         if not cut:
             pending.append(data)
             continue

@@ -415,3 +415,9 @@ def test_lines_text_keeps_one_line_per_sentence_and_says_which_changed(tmp_path)
 def test_lines_text_of_plain_lines_is_silent(recwarn):
     assert text_files.lines_text(["a b", "", "c"], "x") == "a b\n\nc\n"
     assert not recwarn.list
+
+
+def test_a_binary_file_is_named_binary_before_its_invalid_utf8(tmp_path):
+    path = write(tmp_path / "image.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    with pytest.raises(DataError, match=r"image\.png: NUL byte .* binary or UTF-16"):
+        read_text_lines(path)
