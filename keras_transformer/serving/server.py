@@ -142,6 +142,10 @@ def serve(
         try:
             uvicorn.Server(config).run(sockets=[sock])
         finally:
+            # What is left to decode now has no caller waiting (a forced
+            # exit): one more signal stops the process instead.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             batcher.stop()
             opened.close()
             sock.close()
