@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 EXTRA = 4
 LIMITS = ["--max-texts", "4", "--max-text-chars", "160", "--max-beam-size", "6",
-          "--max-text-tokens", "100"]  # fmt: skip
+          "--max-text-tokens", "150"]  # fmt: skip
 BATCHING = ["--max-batch-size", "4", "--max-wait-ms", "5", "--max-queue", "12"]
 
 
@@ -154,8 +154,8 @@ def bad_requests(server) -> list[tuple[str, bytes, int, str]]:
         ("empty batch", body(texts=[]), 422, "texts"),
         ("too many texts", body(texts=["a"] * 5), 413, "texts"),
         ("text too long", body(texts=["a", "b" * 161]), 413, "texts[1]"),
-        # 30 characters, 4 byte-fallback tokens each: over 100 tokens.
-        ("text too many tokens", body(texts=["a", "\U0001f600" * 30]), 413, "texts[1]"),
+        # 45 characters, 4 byte-fallback tokens each: over 150 tokens.
+        ("text too many tokens", body(texts=["a", "\U0001f600" * 45]), 413, "texts[1]"),
         ("lone surrogate", b'{"texts": ["a\\ud800"]}', 422, "texts[0]"),
         ("beam size 0", body(beam_size=0), 422, "beam_size"),
         ("beam size above the maximum", body(beam_size=7), 422, "beam_size"),
@@ -197,7 +197,7 @@ def test_every_bad_request_is_a_4xx_naming_its_field_beside_good_ones(server):
         assert field.split("[")[0] in message or field == "body", (what, message)
     assert "limit is 160 (--max-text-chars)" in answers["text too long"].error()[1]
     many = answers["text too many tokens"].error()[1]
-    assert "subword tokens long; the limit is 100 (--max-text-tokens)" in many
+    assert "subword tokens long; the limit is 150 (--max-text-tokens)" in many
     assert "limit is 4 per request" in answers["too many texts"].error()[1]
     assert good == [expected] * 3
     assert server.get("/healthz").status == 200
