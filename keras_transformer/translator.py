@@ -14,6 +14,12 @@ from keras_transformer.generate import SequenceGenerator, smaller_batch_size
 from keras_transformer.search_settings import SearchSettings, search_settings
 
 
+def real_hypotheses(hypotheses: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """The best, then the others that are real: a search that finished
+    fewer than k hypotheses fills the rest of its pool with about NEG_INF."""
+    return hypotheses[:1] + [h for h in hypotheses[1:] if h[1] > NEG_INF / 2]
+
+
 class Translator:
     """Tokenize, decode (greedy or beam search), detokenize, in batches.
 
@@ -122,9 +128,8 @@ class Translator:
         nbest = []
         for ids, scores in results:
             hypotheses = [(next(strings), float(score)) for score in scores]
-            # Empty slots of the finished pool hold about NEG_INF.
-            real = [h for h in hypotheses[1:] if h[1] > NEG_INF / 2]
-            nbest.append(hypotheses[:1] + real if ids.shape[1] else hypotheses[:1])
+            blank = not ids.shape[1]
+            nbest.append(hypotheses[:1] if blank else real_hypotheses(hypotheses))
         return nbest
 
     def _detokenize(self, outputs: list[np.ndarray]) -> list[str]:

@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 
 from keras_transformer.compile import compile_function
-from keras_transformer.decoding import NEG_INF
 from keras_transformer.run_directory import InferenceRun, RunDirectory
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving.protocol import RequestError
 from keras_transformer.setting_fields import flag_name
+from keras_transformer.translator import real_hypotheses
 from keras_transformer.version import __version__
 
 Hypotheses = list[tuple[str, float]]
@@ -86,12 +86,6 @@ class Engine:
 
     def close(self) -> None:
         """Release what the engine holds (nothing, unless it says so)."""
-
-
-def real_hypotheses(hypotheses: Hypotheses) -> Hypotheses:
-    """The best, then the others that are real: a search that finished
-    fewer than k hypotheses fills the rest of its pool with about NEG_INF."""
-    return hypotheses[:1] + [h for h in hypotheses[1:] if h[1] > NEG_INF / 2]
 
 
 def _model_info(run: InferenceRun) -> dict[str, Any]:
