@@ -42,7 +42,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keras_transformer._user_cache import user_cache_root
 from keras_transformer.atomic_files import (
@@ -81,7 +81,9 @@ from keras_transformer.data.token_store import (
     write_manifest,
 )
 from keras_transformer.data.tokenizer import SentencePieceTokenizer, train_tokenizer
-from keras_transformer.options import PrepareOptions
+
+if TYPE_CHECKING:  # The options stand a floor above the data they describe.
+    from keras_transformer.options import PrepareOptions
 
 __all__ = [
     "default_store_path",
