@@ -128,13 +128,14 @@ def _file_digest(path: Path) -> tuple[os.stat_result, str]:
     and change times, inode), so that `train` on text, started again or in
     every process of a multi-worker run, reads a large corpus's files once
     and afterwards only stats them."""
+    resolved = path.resolve()
     try:
-        stat = path.resolve().stat()
+        stat = resolved.stat()
     except OSError:
         sha256_file(path)  # Raises the readers' DataError, naming the file.
         raise
     version = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
-    remembered = _digest_cache_file(path.resolve())
+    remembered = _digest_cache_file(resolved)
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         record = json.loads(remembered.read_text(encoding="utf-8"))
         if record["version"] == version:
@@ -142,7 +143,7 @@ def _file_digest(path: Path) -> tuple[os.stat_result, str]:
     digest = sha256_file(path)
     with contextlib.suppress(OSError):  # A read-only cache: hash again next time.
         remembered.parent.mkdir(parents=True, exist_ok=True)
-        record = {"path": str(path.resolve()), "version": version, "sha256": digest}
+        record = {"path": str(resolved), "version": version, "sha256": digest}
         atomic_write_text(remembered, json.dumps(record))
     return stat, digest
 
