@@ -23,8 +23,10 @@ class ServeOptions:
     max_batch_size: int = setting(
         32, "dynamic batching: texts decoded together, at most", minimum=1
     )
+    # 0: under load a batch forms while the last one decodes; a wait only
+    # slows a lone client (docs/benchmarks.md, "on a quiet machine").
     max_wait_ms: float = setting(
-        10.0,
+        0.0,
         "dynamic batching: how long the oldest waiting text may wait for "
         "others to join its batch (0: decode what is waiting at once)",
         minimum=0.0,
