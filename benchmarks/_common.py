@@ -161,14 +161,33 @@ def write_section(heading: str, text: str) -> None:
     DOCS.write_text(content, encoding="utf-8")
 
 
-def run_child(command: list[str], backend: str) -> dict:
+def run_child(
+    command: list[str], backend: str, timeout: float | None = None
+) -> dict | None:
     """Run a benchmark's child process on `backend`; return the JSON of its
-    last `RESULT {...}` line, or exit with its output when it failed."""
+    last `RESULT {...}` line, or exit with its output when it failed. Past
+    `timeout` seconds the child and everything it started are killed and
+    the answer is None."""
     import json
+    import signal
     import subprocess
 
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    child = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # Its compile workers go with it on a timeout.
+    )
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        return None
+    out = subprocess.CompletedProcess(command, child.returncode, stdout, stderr)
     lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
     if out.returncode or not lines:
         sys.exit(f"{backend} run failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")

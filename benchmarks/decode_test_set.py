@@ -6,7 +6,8 @@ two ways: dropping the sentences that are done from the batch between
 segments of the search (the default), and running every batch as one
 program until its last sentence is done; on torch also compiled with
 `torch.compile` (`KERAS_TRANSFORMER_TORCH_COMPILE=1`; the default there is
-eager); and CTranslate2 on the same weights, the yardstick for CPU
+eager), in a process of its own stopped after `--torch-compile-seconds`
+(reported as not done); and CTranslate2 on the same weights, the yardstick for CPU
 decoding. The first pass compiles every shape and is reported on its own;
 then the contenders take turns over `--rounds` timing windows. It prints sentences
 per second, seconds for the whole set (median window) and sacreBLEU. Then the
@@ -38,7 +39,10 @@ SEARCHES = {"greedy": 1, "beam 4": 4}
 MODES = {"drop finished": True, "whole batch": False}
 
 
-def child(run_dir: str, multi30k: str, batch_size: int, rounds: int) -> dict:
+def child(
+    run_dir: str, multi30k: str, batch_size: int, rounds: int, compiled: bool
+) -> dict:
+    """Every contender of this backend, or with `compiled` only torch.compile's."""
     import keras
 
     from keras_transformer.data.multi30k import load_multi30k
@@ -51,6 +55,11 @@ def child(run_dir: str, multi30k: str, batch_size: int, rounds: int) -> dict:
     model, tokenizer = run.load_model(), run.load_tokenizer()
     contenders = {}
     for name, beam in SEARCHES.items():
+        if compiled:
+            contenders[f"{name} / drop finished, torch.compile"] = torch_compiled(
+                model, tokenizer, beam_size=beam, batch_size=batch_size
+            )
+            continue
         for mode, drop in MODES.items():
             contenders[f"{name} / {mode}"] = Translator(
                 model,
@@ -58,10 +67,6 @@ def child(run_dir: str, multi30k: str, batch_size: int, rounds: int) -> dict:
                 beam_size=beam,
                 batch_size=batch_size,
                 drop_finished=drop,
-            )
-        if keras.backend.backend() == "torch":
-            contenders[f"{name} / drop finished, torch.compile"] = torch_compiled(
-                model, tokenizer, beam_size=beam, batch_size=batch_size
             )
         if beam > 1:
             contenders[f"{name} / drop finished, early stopping"] = Translator(
@@ -142,6 +147,16 @@ def ctranslate2_translate(run_dir: str, beam_size: int, batch_size: int, tokeniz
     return translate
 
 
+def compiled_searches(command: list[str], seconds: float) -> dict:
+    """torch.compile's contenders, in a process of their own given `seconds`
+    (Dynamo and Inductor may compile for far longer than eager decodes)."""
+    result = run_child([*command, "--compiled"], "torch", timeout=seconds)
+    if result is not None:
+        return result["searches"]
+    names = [f"{name} / drop finished, torch.compile" for name in SEARCHES]
+    return {name: {"timed_out": seconds} for name in names}
+
+
 def first_translation_seconds(run_dir: str, backend: str, cache: str) -> float:
     """Wall time of `keras-transformer translate` on one stdin sentence."""
     return cli_seconds(
@@ -160,6 +175,12 @@ def table(results: list[dict]) -> str:
     ]
     for result in results:
         for name, search in result["searches"].items():
+            if "timed_out" in search:
+                lines.append(
+                    f"| {result['backend']} | {name} | not done in "
+                    f"{search['timed_out']:,.0f} s | | | | |"
+                )
+                continue
             seconds = statistics.median(search["windows"])
             cli = ""
             # The CLI's default search.
@@ -181,13 +202,22 @@ def main() -> None:
     parser.add_argument("--backends", default="tensorflow,jax,torch")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--torch-compile-seconds",
+        type=float,
+        default=600,
+        help="torch: the time the torch.compile process gets (0: not run)",
+    )
     parser.add_argument("--write", action="store_true", help="update the docs")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1. Received: {args.rounds}")
     if args.child:
-        result = child(args.run_dir, args.multi30k, args.batch_size, args.rounds)
+        result = child(
+            args.run_dir, args.multi30k, args.batch_size, args.rounds, args.compiled
+        )
         print("RESULT " + json.dumps(result), flush=True)
         return
     results = []
@@ -196,6 +226,10 @@ def main() -> None:
         command += ["--multi30k", args.multi30k, "--rounds", str(args.rounds)]
         command += ["--batch-size", str(args.batch_size)]
         result = run_child(command, backend)
+        if backend == "torch" and args.torch_compile_seconds > 0:
+            result["searches"].update(
+                compiled_searches(command, args.torch_compile_seconds)
+            )
         with tempfile.TemporaryDirectory() as cache:
             result["cli"] = [
                 first_translation_seconds(args.run_dir, backend, cache)

@@ -7,7 +7,9 @@ closed-loop load per client count: each client sends one sentence per
 request and waits for the answer before its next, until `--requests`
 answers or `--seconds` have passed. It prints sentences per second, the
 p50/p95/p99 latency, the errors (any answer but 200) and the server's peak
-RSS. Batching off is `--max-batch-size 1` (each request decoded alone).
+RSS. Batching off is `--max-batch-size 1 --workers 1` (each request decoded
+alone, one at a time). CTranslate2 runs batching on twice: with its default
+workers (batches decoded side by side) and with `--workers 1`.
 
 Then the overload case, batching on: an open-loop load at twice the
 capacity measured at the most clients (requests sent on a fixed schedule,
@@ -227,6 +229,14 @@ def load_row(engine, mode, clients, row, rss, load) -> str:
     return "| " + " | ".join(map(str, cells)) + " |"
 
 
+def batching_modes(engine: str) -> list[tuple[str, list[str]]]:
+    """(name, serve flags) of each batching mode measured for `engine`."""
+    modes = [("on", [])]
+    if engine == "ctranslate2":  # Default workers, then one batch at a time.
+        modes.append(("on, 1 worker", ["--workers", "1"]))
+    return modes + [("off", ["--max-batch-size", "1", "--workers", "1"])]
+
+
 def measure(args, sentences) -> list[str]:
     lines = [
         "| engine | batching | clients | sentences/s | mean batch | p50 ms | p95 ms "
@@ -240,7 +250,7 @@ def measure(args, sentences) -> list[str]:
     ]
     for engine in args.engines:
         capacity = None
-        for mode, flags in (("on", []), ("off", ["--max-batch-size", "1"])):
+        for mode, flags in batching_modes(engine):
             server = Server(args.run_dir, engine, flags + args.serve_flag)
             try:
                 warm = warm_up(server.port, sentences, args.clients)

@@ -100,6 +100,7 @@ def create_app(
                 "max_batch_size": options.max_batch_size,
                 "max_wait_ms": options.max_wait_ms,
                 "max_queue": options.max_queue,
+                "workers": batcher.workers,
             },
         }
 

@@ -1,10 +1,13 @@
 """Dynamic batching: texts of concurrent requests decoded as one batch.
 
-Each request's texts join one FIFO queue. A single worker thread takes the
-oldest text and the texts after it that were asked for with the same search
+Each request's texts join one FIFO queue. A worker thread takes the oldest
+text and the texts after it that were asked for with the same search
 settings, up to `max_batch_size`, waiting for more at most `max_wait_ms`
 after the oldest arrived (a full batch goes at once), decodes them with one
-engine call, and hands each text's result back to its request. A request
+engine call, and hands each text's result back to its request. With
+`workers` > 1 (an engine that decodes batches side by side, such as
+CTranslate2 with `inter_threads`), that many batches decode at once: the
+next one forms while the others run. A request
 is answered when all its texts are done, in its own order, whatever
 batches they went through. Texts asked for with other settings keep their
 place for a later batch: one search runs one set of settings.
@@ -122,12 +125,16 @@ class BatchQueue:
 
 
 class Batcher:
-    """Runs a `BatchQueue` on one worker thread.
+    """Runs a `BatchQueue` on `workers` worker threads.
 
     Args:
         run_batch: `(texts, key) -> results`, one result per text in order;
-            called on the worker thread only (so an engine needs no locks).
+            called on the worker threads only: with one worker an engine
+            needs no locks, with more it must decode batches side by side.
         max_batch_size, max_wait_ms, max_queue: see `BatchQueue`.
+        workers: batches decoding at once, at most. A `submit_call` job
+            still runs alone: it waits for the batches running, and the
+            queue behind it waits for it.
         clock: seconds, monotonic (tests pass their own).
     """
 
@@ -138,20 +145,35 @@ class Batcher:
         max_batch_size: int,
         max_wait_ms: float,
         max_queue: int,
+        workers: int = 1,
         clock: Callable[[], float] = time.monotonic,
     ):
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an int >= 1. Received: {workers!r}")
         self._run_batch = run_batch
         self._queue = BatchQueue(max_batch_size, max_wait_ms / 1000, max_queue)
         self._clock = clock
         self._changed = threading.Condition()
         self._stopping = False
         self._busy = 0  # Texts being decoded now.
+        self._running = 0  # Batches and calls being run now.
+        self._alone = False  # A call runs: nothing else may start.
         self._batches = self._texts = 0  # Decoded so far (mean batch size).
         self._seconds_per_text = 0.05  # Refined by every batch (Retry-After).
-        self._thread = threading.Thread(
-            target=self._work, name="keras-transformer-batcher", daemon=True
-        )
-        self._thread.start()
+        self._workers = workers
+        self._threads = [
+            threading.Thread(
+                target=self._work, name=f"keras-transformer-batcher-{n}", daemon=True
+            )
+            for n in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def workers(self) -> int:
+        """Batches that may decode at once."""
+        return self._workers
 
     def submit(self, texts: Sequence[Any], key: Hashable) -> Future:
         """Queue `texts` to decode with settings `key`; a Future of their
@@ -180,7 +202,7 @@ class Batcher:
             raise Overloaded("The server is shutting down.", retry_after=1)
         if len(items) > self._queue.room():
             waiting = len(self._queue) + self._busy
-            retry = math.ceil(waiting * self._seconds_per_text)
+            retry = math.ceil(waiting * self._seconds_per_text / self._workers)
             raise Overloaded(
                 f"The queue is full ({len(self._queue)} of {self._queue.max_queue} "
                 f"texts waiting; this request has {len(items)}): try again later.",
@@ -200,11 +222,14 @@ class Batcher:
             }
 
     def stop(self, timeout: float | None = None) -> None:
-        """Finish what is queued, then end the worker. New work is refused."""
+        """Finish what is queued, then end the workers. New work is refused."""
         with self._changed:
             self._stopping = True
-            self._changed.notify()
-        self._thread.join(timeout)
+            self._changed.notify_all()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            thread.join(left)
 
     def _work(self) -> None:
         while True:
@@ -212,19 +237,30 @@ class Batcher:
                 batch = self._wait_for_batch()
                 if batch is None:
                     return
-                self._busy = len(batch)
+                self._busy += len(batch)
+                self._running += 1
+                self._alone = batch[0].call is not None
+                # Another worker may form the next batch meanwhile.
+                self._changed.notify_all()
             try:
                 self._run(batch)
             finally:
                 with self._changed:
-                    self._busy = 0
+                    self._busy -= len(batch)
+                    self._running -= 1
                     if batch[0].call is None:
                         self._batches += 1
                         self._texts += len(batch)
+                    else:
+                        self._alone = False
+                    self._changed.notify_all()
 
     def _wait_for_batch(self) -> list[Item] | None:
         """The next batch (None: stopping and nothing left); holds the lock."""
         while True:
+            if not self._may_start():
+                self._changed.wait()
+                continue
             # Stopping, nothing more will join: what waits runs at once.
             now = math.inf if self._stopping else self._clock()
             batch, wait = self._queue.next_batch(now)
@@ -233,6 +269,14 @@ class Batcher:
             if wait is None and self._stopping:
                 return None
             self._changed.wait(wait)
+
+    def _may_start(self) -> bool:
+        """Whether this worker may take the head of the queue now: not
+        while a call runs alone, nor a call while batches run."""
+        if self._alone:
+            return False
+        head = self._queue.items[0] if self._queue.items else None
+        return not (head is not None and head.call is not None and self._running)
 
     def _run(self, batch: list[Item]) -> None:
         start = time.perf_counter()

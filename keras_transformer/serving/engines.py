@@ -13,7 +13,8 @@ hypotheses, best first, as (translation, score) pairs:
   whose search settings were fixed at export: a request asking for others
   is refused naming the field.
 
-Engines are called from the batcher's one worker thread only.
+Engines are called from the batcher's worker threads only: the Keras and
+SavedModel engines from one, CTranslate2 from `workers` side by side.
 """
 
 from __future__ import annotations
@@ -185,7 +186,9 @@ class CTranslate2Engine(Engine):
         "its length penalty), total log-probability (greedy)"
     )
 
-    def __init__(self, directory: Path, settings: SearchSettings, threads: int):
+    def __init__(
+        self, directory: Path, settings: SearchSettings, threads: int, workers: int = 1
+    ):
         from keras_transformer.data.tokenizer import load_tokenizer
         from keras_transformer.optional_imports import require
 
@@ -193,8 +196,9 @@ class CTranslate2Engine(Engine):
         self.export_info = _export_info(directory, "ctranslate2")
         super().__init__(load_tokenizer(directory / "tokenizer"), settings)
         self.directory = directory
+        # inter_threads: batches translated at once, one per calling thread.
         self.translator = ctranslate2.Translator(
-            str(directory), device="cpu", inter_threads=1, intra_threads=threads
+            str(directory), device="cpu", inter_threads=workers, intra_threads=threads
         )
         vocab = range(self.tokenizer.vocab_size)
         self._ids = {self.tokenizer.id_to_piece(i): i for i in vocab}
@@ -338,6 +342,7 @@ def open_engine(
     scratch: Path,
     batch_size: int,
     threads: int,
+    workers: int = 1,
 ) -> Engine:
     """The engine `name` for the run in `run_dir`.
 
@@ -356,7 +361,7 @@ def open_engine(
     elif model is not None:
         raise ValueError("--model and --export-dir both name the weights: pass one.")
     if name == "ctranslate2":
-        return CTranslate2Engine(Path(export_dir), settings, threads)
+        return CTranslate2Engine(Path(export_dir), settings, threads, workers)
     return SavedModelEngine(Path(export_dir), settings)
 
 

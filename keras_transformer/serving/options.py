@@ -47,9 +47,18 @@ class ServeOptions:
         256, "subword tokens per text, after tokenizing (longer: 413)", minimum=1
     )
     max_beam_size: int = setting(8, "the widest beam a request may ask for", minimum=1)
+    # CTranslate2 decodes batches side by side (its inter_threads); the
+    # Keras and SavedModel engines use every core for one batch already.
+    workers: int = setting(
+        0,
+        "batches decoded at once (0: 2 for --engine ctranslate2 on 2 or more "
+        "cores, else 1; more than 1 needs ctranslate2)",
+        minimum=0,
+    )
     threads: int = setting(
         0,
-        "CTranslate2 engine: intra-op threads (0: one per core this process may use)",
+        "CTranslate2 engine: intra-op threads per batch decoding (0: the cores "
+        "this process may use, less one for the HTTP side, shared by the workers)",
         minimum=0,
     )
 

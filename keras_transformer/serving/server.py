@@ -68,13 +68,37 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def default_threads() -> int:
-    """CTranslate2's threads: the cores this process may use, less one for
-    the event loop and the batcher. Its OpenMP threads spin while they wait:
-    on 2 cores, 2 threads beside the HTTP side decoded 1.3 sentences/s
-    where 1 thread decoded 13.8 (beam 4, batches of 32, a busy machine)."""
+def usable_cores() -> int:
+    """The cores this process may use."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
-    return max(1, (cores or os.cpu_count() or 1) - 1)
+    return cores or os.cpu_count() or 1
+
+
+def decode_workers(engine: str, workers: int) -> int:
+    """Batches decoded at once (`--workers`; 0: the engine's default).
+
+    Only CTranslate2 decodes batches side by side (`inter_threads`); the
+    next batch then forms and decodes while one is running, where one
+    worker leaves the texts that came meanwhile to wait (docs/benchmarks.md,
+    "HTTP serving")."""
+    if engine != "ctranslate2":
+        if workers > 1:
+            raise ValueError(
+                f"--workers {workers}: the {engine} engine decodes one batch at "
+                "a time, on every core (only --engine ctranslate2 decodes "
+                "batches side by side). Leave --workers out."
+            )
+        return 1
+    return workers or (2 if usable_cores() >= 2 else 1)
+
+
+def default_threads(workers: int) -> int:
+    """CTranslate2's intra-op threads per worker: the cores this process may
+    use, less one for the event loop, shared by the workers. Its OpenMP
+    threads spin while they wait: on 2 cores, 2 threads beside the HTTP side
+    decoded 1.3 sentences/s where 1 thread decoded 13.8 (beam 4, batches of
+    32, a busy machine)."""
+    return max(1, (usable_cores() - 1) // workers)
 
 
 def serve(
@@ -102,6 +126,7 @@ def serve(
     from keras_transformer.serving.batcher import Batcher
     from keras_transformer.serving.engines import open_engine
 
+    workers = decode_workers(engine, options.workers)
     with tempfile.TemporaryDirectory(prefix="keras-transformer-serve-") as scratch:
         opened = open_engine(
             engine,
@@ -111,13 +136,15 @@ def serve(
             export_dir=export_dir,
             scratch=Path(scratch),
             batch_size=options.max_batch_size,
-            threads=options.threads or default_threads(),
+            threads=options.threads or default_threads(workers),
+            workers=workers,
         )
         batcher = Batcher(
             opened.translate,
             max_batch_size=options.max_batch_size,
             max_wait_ms=options.max_wait_ms,
             max_queue=options.max_queue,
+            workers=workers,
         )
         app = create_app(opened, batcher, options, opened.settings)
         sock = bind(host, port)

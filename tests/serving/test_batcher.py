@@ -78,9 +78,12 @@ class EchoEngine:
         return [f"{key}:{t}" for t in texts]
 
 
-def test_concurrent_callers_get_their_own_answers_in_their_order():
+@pytest.mark.parametrize("workers", [1, 3])
+def test_concurrent_callers_get_their_own_answers_in_their_order(workers):
     engine = EchoEngine()
-    batcher = Batcher(engine, max_batch_size=5, max_wait_ms=2, max_queue=1000)
+    batcher = Batcher(
+        engine, max_batch_size=5, max_wait_ms=2, max_queue=1000, workers=workers
+    )
     answers = {}
 
     def caller(number):
@@ -168,3 +171,104 @@ def test_a_caller_cancelled_meanwhile_does_not_stop_the_worker():
     gone.fill(1, "b")  # Would raise InvalidStateError in the worker thread.
     gone.fail(RuntimeError("batch failed"))
     assert gone.future.cancelled()
+
+
+class OverlapEngine:
+    """Holds each batch until released; records how many ran at once."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.running = self.most = 0
+        self.release = threading.Event()
+        self.events = []
+
+    def __call__(self, texts, key):
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.events.append(("start", tuple(texts)))
+        self.release.wait(10)
+        with self.lock:
+            self.running -= 1
+            self.events.append(("end", tuple(texts)))
+        return [f"{key}:{t}" for t in texts]
+
+
+def wait_until(condition, seconds=10):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+def test_two_workers_decode_two_batches_at_once():
+    engine = OverlapEngine()
+    batcher = Batcher(engine, max_batch_size=2, max_wait_ms=0, max_queue=8, workers=2)
+    first = batcher.submit(["a", "b"], "k")
+    second = batcher.submit(["c", "d"], "k")
+    third = batcher.submit(["e"], "k")
+    wait_until(lambda: engine.running == 2)
+    assert batcher.stats()["decoding"] == 4 and batcher.stats()["queued"] == 1
+    engine.release.set()
+    assert [f.result(10) for f in (first, second, third)] == [
+        ["k:a", "k:b"],
+        ["k:c", "k:d"],
+        ["k:e"],
+    ]
+    batcher.stop()
+    assert engine.most == 2
+
+
+def test_one_worker_decodes_one_batch_at_a_time():
+    engine = OverlapEngine()
+    engine.release.set()
+    batcher = Batcher(engine, max_batch_size=1, max_wait_ms=0, max_queue=8)
+    futures = [batcher.submit([str(i)], "k") for i in range(6)]
+    assert [f.result(10) for f in futures] == [[f"k:{i}"] for i in range(6)]
+    batcher.stop()
+    assert engine.most == 1
+
+
+def test_a_call_waits_for_running_batches_and_runs_alone():
+    engine = OverlapEngine()
+    batcher = Batcher(engine, max_batch_size=1, max_wait_ms=0, max_queue=8, workers=3)
+    before = batcher.submit(["a"], "k")
+    wait_until(lambda: engine.running == 1)
+    call_ran = []
+
+    def call():
+        with engine.lock:
+            call_ran.append(engine.running)
+        return "called"
+
+    called = batcher.submit_call(call)
+    after = batcher.submit(["b"], "k")
+    time.sleep(0.05)  # Two workers are free: neither may start the call or "b".
+    assert call_ran == [] and engine.events == [("start", ("a",))]
+    engine.release.set()
+    assert called.result(10) == "called" and call_ran == [0]
+    assert before.result(10) == ["k:a"] and after.result(10) == ["k:b"]
+    batcher.stop()
+    assert engine.events == [
+        ("start", ("a",)),
+        ("end", ("a",)),
+        ("start", ("b",)),
+        ("end", ("b",)),
+    ]
+
+
+def test_stop_with_several_workers_finishes_what_is_queued():
+    engine = OverlapEngine()
+    batcher = Batcher(engine, max_batch_size=1, max_wait_ms=0, max_queue=9, workers=2)
+    futures = [batcher.submit([str(i)], "k") for i in range(5)]
+    stopper = threading.Thread(target=batcher.stop)
+    stopper.start()
+    engine.release.set()
+    stopper.join(10)
+    assert not stopper.is_alive()
+    assert [f.result(0) for f in futures] == [[f"k:{i}"] for i in range(5)]
+
+
+def test_workers_must_be_a_positive_int():
+    with pytest.raises(ValueError, match="workers must be an int >= 1. Received: 0"):
+        Batcher(EchoEngine(), max_batch_size=1, max_wait_ms=0, max_queue=1, workers=0)

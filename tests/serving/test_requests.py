@@ -139,6 +139,21 @@ def test_serve_options_refuse_a_request_that_could_never_be_queued():
         ServeOptions(max_batch_size=0)
 
 
+def test_only_ctranslate2_decodes_batches_side_by_side(monkeypatch):
+    from keras_transformer.serving import server
+
+    monkeypatch.setattr(server, "usable_cores", lambda: 2)
+    assert server.decode_workers("ctranslate2", 0) == 2
+    assert server.decode_workers("ctranslate2", 5) == 5
+    assert server.default_threads(2) == 1  # One core left beside the HTTP side.
+    assert server.decode_workers("keras", 0) == 1
+    assert server.decode_workers("savedmodel", 1) == 1
+    monkeypatch.setattr(server, "usable_cores", lambda: 1)
+    assert server.decode_workers("ctranslate2", 0) == 1
+    monkeypatch.setattr(server, "usable_cores", lambda: 16)
+    assert server.default_threads(2) == 7
+
+
 def test_other_addresses_than_loopback_need_allow_remote():
     for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
         check_host(host, allow_remote=False)
@@ -154,6 +169,9 @@ def test_other_addresses_than_loopback_need_allow_remote():
         (["--max-texts", "300"], "more than max_queue"),
         (["--engine", "keras", "--export-dir", "x"], "--export-dir is for --engine"),
         (["--beam-size", "0"], "must be >= 1"),
+        (["--workers", "2"], "--workers 2: the keras engine decodes one batch"),
+        (["--engine", "savedmodel", "--workers", "3"], "the savedmodel engine"),
+        (["--workers", "-1"], "must be >= 0"),
     ],
 )
 def test_serve_refuses_bad_flags_before_loading(tmp_path, capsys, argv, expected):

@@ -71,6 +71,7 @@ def test_health_info_docs_and_the_page(server):
         "max_batch_size": 4,
         "max_wait_ms": 5.0,
         "max_queue": 12,
+        "workers": 1,
     }
     assert info["tokenizer"]["kind"] == "sentencepiece"
     assert info["model"]["layers"] == [1, 1] and info["version"]
