@@ -8,8 +8,9 @@ request and waits for the answer before its next, until `--requests`
 answers or `--seconds` have passed. It prints sentences per second, the
 p50/p95/p99 latency, the errors (any answer but 200) and the server's peak
 RSS. Batching off is `--max-batch-size 1 --workers 1` (each request decoded
-alone, one at a time). CTranslate2 runs batching on twice: with its default
-workers (batches decoded side by side) and with `--workers 1`.
+alone, one at a time). Batching on runs twice where the engine decodes
+batches side by side (CTranslate2; Keras on JAX or TensorFlow): with the
+default workers and with `--workers 1`.
 
 Then the overload case, batching on: an open-loop load at twice the
 capacity measured at the most clients (requests sent on a fixed schedule,
@@ -232,7 +233,8 @@ def load_row(engine, mode, clients, row, rss, load) -> str:
 def batching_modes(engine: str) -> list[tuple[str, list[str]]]:
     """(name, serve flags) of each batching mode measured for `engine`."""
     modes = [("on", [])]
-    if engine == "ctranslate2":  # Default workers, then one batch at a time.
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    if engine == "ctranslate2" or backend != "torch":  # Batches side by side.
         modes.append(("on, 1 worker", ["--workers", "1"]))
     return modes + [("off", ["--max-batch-size", "1", "--workers", "1"])]
 

@@ -13,8 +13,8 @@ hypotheses, best first, as (translation, score) pairs:
   whose search settings were fixed at export: a request asking for others
   is refused naming the field.
 
-Engines are called from the batcher's worker threads only: the Keras and
-SavedModel engines from one, CTranslate2 from `workers` side by side.
+Engines are called from the batcher's worker threads only, `workers` of them
+side by side where `serving.server.decode_workers` allows more than one.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,7 @@ class KerasEngine(Engine):
         self.run = run
         self.batch_size = batch_size
         self._translators: collections.OrderedDict = collections.OrderedDict()
+        self._translators_lock = threading.Lock()  # Workers share the cache.
         self._translator(settings)  # Refuses bad defaults before serving.
         model = run.model
         self._attention_weights = compile_function(
@@ -126,15 +128,16 @@ class KerasEngine(Engine):
     def _translator(self, settings: SearchSettings):
         from keras_transformer.translator import Translator
 
-        translator = self._translators.pop(settings, None)
-        if translator is None:
-            translator = Translator(
-                self.run.model, self.tokenizer, settings, batch_size=self.batch_size
-            )
-        self._translators[settings] = translator
-        while len(self._translators) > self.kept_translators:
-            self._translators.popitem(last=False)
-        return translator
+        with self._translators_lock:
+            translator = self._translators.pop(settings, None)
+            if translator is None:
+                translator = Translator(
+                    self.run.model, self.tokenizer, settings, batch_size=self.batch_size
+                )
+            self._translators[settings] = translator
+            while len(self._translators) > self.kept_translators:
+                self._translators.popitem(last=False)
+            return translator
 
     def translate(self, texts: Sequence[str], settings: SearchSettings):
         return self._translator(settings).nbest(texts)

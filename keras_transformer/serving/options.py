@@ -47,12 +47,11 @@ class ServeOptions:
         256, "subword tokens per text, after tokenizing (longer: 413)", minimum=1
     )
     max_beam_size: int = setting(8, "the widest beam a request may ask for", minimum=1)
-    # CTranslate2 decodes batches side by side (its inter_threads); the
-    # Keras and SavedModel engines use every core for one batch already.
+    # Which engines decode side by side: serving.server.decode_workers.
     workers: int = setting(
         0,
-        "batches decoded at once (0: 2 for --engine ctranslate2 on 2 or more "
-        "cores, else 1; more than 1 needs ctranslate2)",
+        "batches decoded at once (0: 2 on 2 or more cores for --engine "
+        "ctranslate2, and keras on jax or tensorflow; else 1)",
         minimum=0,
     )
     threads: int = setting(

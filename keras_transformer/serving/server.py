@@ -74,19 +74,27 @@ def usable_cores() -> int:
     return cores or os.cpu_count() or 1
 
 
-def decode_workers(engine: str, workers: int) -> int:
+def decode_workers(engine: str, workers: int, backend: str = "") -> int:
     """Batches decoded at once (`--workers`; 0: the engine's default).
 
-    Only CTranslate2 decodes batches side by side (`inter_threads`); the
-    next batch then forms and decodes while one is running, where one
-    worker leaves the texts that came meanwhile to wait (docs/benchmarks.md,
-    "HTTP serving")."""
-    if engine != "ctranslate2":
+    CTranslate2 decodes batches side by side (`inter_threads`), and so does
+    the Keras engine on JAX and TensorFlow (their compiled programs run
+    without the GIL, so one batch's host work between search segments
+    overlaps the other's compute). The next batch then forms and decodes
+    while one runs, where one worker leaves the texts that came meanwhile
+    to wait (docs/benchmarks.md, "HTTP serving"). The SavedModel engine
+    and the Keras engine on torch (eager: Python runs every op) decode one
+    batch at a time."""
+    side_by_side = engine == "ctranslate2" or (
+        engine == "keras" and backend in ("jax", "tensorflow")
+    )
+    if not side_by_side:
         if workers > 1:
+            where = f" on {backend}" if engine == "keras" else ""
             raise ValueError(
-                f"--workers {workers}: the {engine} engine decodes one batch at "
-                "a time, on every core (only --engine ctranslate2 decodes "
-                "batches side by side). Leave --workers out."
+                f"--workers {workers}: the {engine} engine{where} decodes one "
+                "batch at a time (batches side by side: --engine ctranslate2, "
+                "or keras on jax or tensorflow). Leave --workers out."
             )
         return 1
     return workers or (2 if usable_cores() >= 2 else 1)
@@ -120,13 +128,14 @@ def serve(
     check_host(host, allow_remote)
     for module in ("fastapi", "uvicorn"):  # Before minutes of loading.
         require(module, "serve", "keras-transformer serve")
+    import keras
     import uvicorn
 
     from keras_transformer.serving.app import create_app
     from keras_transformer.serving.batcher import Batcher
     from keras_transformer.serving.engines import open_engine
 
-    workers = decode_workers(engine, options.workers)
+    workers = decode_workers(engine, options.workers, keras.backend.backend())
     with tempfile.TemporaryDirectory(prefix="keras-transformer-serve-") as scratch:
         opened = open_engine(
             engine,

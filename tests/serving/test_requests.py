@@ -146,10 +146,17 @@ def test_only_ctranslate2_decodes_batches_side_by_side(monkeypatch):
     assert server.decode_workers("ctranslate2", 0) == 2
     assert server.decode_workers("ctranslate2", 5) == 5
     assert server.default_threads(2) == 1  # One core left beside the HTTP side.
-    assert server.decode_workers("keras", 0) == 1
+    assert server.decode_workers("keras", 0, "jax") == 2
+    assert server.decode_workers("keras", 3, "tensorflow") == 3
+    assert server.decode_workers("keras", 0, "torch") == 1
+    with pytest.raises(ValueError, match="--workers 2: the keras engine on torch"):
+        server.decode_workers("keras", 2, "torch")
     assert server.decode_workers("savedmodel", 1) == 1
+    with pytest.raises(ValueError, match="--workers 2: the savedmodel engine decodes"):
+        server.decode_workers("savedmodel", 2)
     monkeypatch.setattr(server, "usable_cores", lambda: 1)
     assert server.decode_workers("ctranslate2", 0) == 1
+    assert server.decode_workers("keras", 0, "jax") == 1
     monkeypatch.setattr(server, "usable_cores", lambda: 16)
     assert server.default_threads(2) == 7
 
@@ -169,7 +176,6 @@ def test_other_addresses_than_loopback_need_allow_remote():
         (["--max-texts", "300"], "more than max_queue"),
         (["--engine", "keras", "--export-dir", "x"], "--export-dir is for --engine"),
         (["--beam-size", "0"], "must be >= 1"),
-        (["--workers", "2"], "--workers 2: the keras engine decodes one batch"),
         (["--engine", "savedmodel", "--workers", "3"], "the savedmodel engine"),
         (["--workers", "-1"], "must be >= 0"),
     ],
