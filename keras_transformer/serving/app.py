@@ -97,7 +97,7 @@ def create_app(
                 "max_body_bytes": options.max_body_bytes,
             },
             "batching": {
-                "max_batch_size": options.max_batch_size,
+                "max_batch_size": batcher.max_batch_size,
                 "max_wait_ms": options.max_wait_ms,
                 "max_queue": options.max_queue,
                 "workers": batcher.workers,

@@ -171,6 +171,11 @@ class Batcher:
             thread.start()
 
     @property
+    def max_batch_size(self) -> int:
+        """Texts per batch, at most."""
+        return self._queue.max_batch_size
+
+    @property
     def workers(self) -> int:
         """Batches that may decode at once."""
         return self._workers

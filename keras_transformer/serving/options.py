@@ -20,8 +20,12 @@ class ServeOptions:
     on the `small` Multi30k model (docs/benchmarks.md, "HTTP serving").
     """
 
+    # 0: serving.server.default_batch_size, measured per engine.
     max_batch_size: int = setting(
-        32, "dynamic batching: texts decoded together, at most", minimum=1
+        0,
+        "dynamic batching: texts decoded together, at most (0: 8 for --engine "
+        "keras, 32 for the others)",
+        minimum=0,
     )
     # 0: under load a batch forms while the last one decodes; a wait only
     # slows a lone client (docs/benchmarks.md, "on a quiet machine").

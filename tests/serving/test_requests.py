@@ -136,7 +136,7 @@ def test_serve_options_refuse_a_request_that_could_never_be_queued():
     with pytest.raises(ValueError, match="max_texts .* more than max_queue"):
         ServeOptions(max_texts=10, max_queue=5)
     with pytest.raises(ValueError, match=r"max_batch_size \(--max-batch-size\)"):
-        ServeOptions(max_batch_size=0)
+        ServeOptions(max_batch_size=-1)
 
 
 def test_only_ctranslate2_decodes_batches_side_by_side(monkeypatch):
@@ -157,6 +157,8 @@ def test_only_ctranslate2_decodes_batches_side_by_side(monkeypatch):
     monkeypatch.setattr(server, "usable_cores", lambda: 1)
     assert server.decode_workers("ctranslate2", 0) == 1
     assert server.decode_workers("keras", 0, "jax") == 1
+    assert server.default_batch_size("keras") == 8
+    assert server.default_batch_size("ctranslate2") == 32
     monkeypatch.setattr(server, "usable_cores", lambda: 16)
     assert server.default_threads(2) == 7
 
