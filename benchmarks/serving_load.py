@@ -234,7 +234,7 @@ def batching_modes(engine: str) -> list[tuple[str, list[str]]]:
     """(name, serve flags) of each batching mode measured for `engine`."""
     modes = [("on", [])]
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
-    if engine == "ctranslate2" or backend != "torch":  # Batches side by side.
+    if engine == "ctranslate2" or (engine == "keras" and backend != "torch"):
         modes.append(("on, 1 worker", ["--workers", "1"]))
     return modes + [("off", ["--max-batch-size", "1", "--workers", "1"])]
 

@@ -5,9 +5,10 @@ text and the texts after it that were asked for with the same search
 settings, up to `max_batch_size`, waiting for more at most `max_wait_ms`
 after the oldest arrived (a full batch goes at once), decodes them with one
 engine call, and hands each text's result back to its request. With
-`workers` > 1 (an engine that decodes batches side by side, such as
-CTranslate2 with `inter_threads`), that many batches decode at once: the
-next one forms while the others run. A request
+`workers` > 1 (an engine that decodes batches side by side: CTranslate2
+with `inter_threads`, the Keras engine on JAX or TensorFlow), that many
+batches decode at once: the next one forms while the others run. A
+request's texts may then be in two batches decoding at once. A request
 is answered when all its texts are done, in its own order, whatever
 batches they went through. Texts asked for with other settings keep their
 place for a later batch: one search runs one set of settings.
@@ -18,7 +19,7 @@ Retry-After) instead of growing memory and latency without end. A failing
 batch fails only the requests with texts in it.
 
 `BatchQueue` is the deterministic part (what goes into the next batch, and
-when), driven by explicit times; `Batcher` runs it on a worker thread.
+when), driven by explicit times; `Batcher` runs it on worker threads.
 """
 
 from __future__ import annotations
@@ -50,13 +51,18 @@ class _Request:
         self.results: list[Any] = [None] * size
         self.remaining = size
         self.single = single  # The answer is the one result, not a list.
+        # Two workers may fill texts of one request at once: a lost
+        # decrement would leave its caller waiting forever.
+        self._lock = threading.Lock()
 
     def fill(self, index: int, result: Any) -> None:
         if self.future.done():  # Failed in another batch already.
             return
-        self.results[index] = result
-        self.remaining -= 1
-        if self.remaining == 0:
+        with self._lock:
+            self.results[index] = result
+            self.remaining -= 1
+            complete = self.remaining == 0
+        if complete:
             answer = self.results[0] if self.single else self.results
             # The caller may cancel between done() and here (a forced exit):
             # that must not stop the worker, whose batch has other callers.
@@ -90,6 +96,12 @@ class BatchQueue:
     """
 
     def __init__(self, max_batch_size: int, max_wait: float, max_queue: int):
+        for name, value in (
+            ("max_batch_size", max_batch_size),
+            ("max_queue", max_queue),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1. Received: {value!r}")
         self.max_batch_size = max_batch_size
         self.max_wait = max_wait
         self.max_queue = max_queue
@@ -116,7 +128,9 @@ class BatchQueue:
             return [self.items.popleft()], 0.0
         same = [item for item in self.items if item.key == first.key]
         due = first.arrival + self.max_wait
-        if len(same) < self.max_batch_size and now < due:
+        # A full queue cannot grow a batch: waiting would only refuse others.
+        full = len(self.items) >= self.max_queue
+        if len(same) < self.max_batch_size and now < due and not full:
             return [], due - now
         batch = same[: self.max_batch_size]
         chosen = {id(item) for item in batch}
@@ -194,7 +208,7 @@ class Batcher:
         return request.future
 
     def submit_call(self, call: Callable[[], Any]) -> Future:
-        """Run `call()` alone on the worker thread, in queue order (work
+        """Run `call()` alone on a worker thread, in queue order (work
         that must not run beside the decoding, such as attention weights);
         a Future of its result."""
         request = _Request(1, single=True)

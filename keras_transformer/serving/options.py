@@ -57,6 +57,7 @@ class ServeOptions:
         "batches decoded at once (0: 2 on 2 or more cores for --engine "
         "ctranslate2, and keras on jax or tensorflow; else 1)",
         minimum=0,
+        maximum=64,  # A thread and, for CTranslate2, a model replica each.
     )
     threads: int = setting(
         0,

@@ -53,6 +53,22 @@ def test_a_call_runs_alone_in_its_turn():
     assert len(batch) == 1 and batch[0].call is not None
 
 
+def test_a_full_queue_goes_at_once_though_the_batch_could_hold_more():
+    queue = BatchQueue(max_batch_size=8, max_wait=5.0, max_queue=3)
+    queue.add(items("a", ["1", "2"], arrival=0.0))
+    assert queue.next_batch(now=0.0)[0] == []  # Room left: it waits.
+    queue.add(items("a", ["3"], arrival=0.0))
+    batch, _ = queue.next_batch(now=0.0)  # Full: waiting only refuses others.
+    assert [i.text for i in batch] == ["1", "2", "3"]
+
+
+@pytest.mark.parametrize("field", ["max_batch_size", "max_queue"])
+def test_the_queue_refuses_sizes_below_one(field):
+    sizes = {"max_batch_size": 4, "max_queue": 4, field: 0}
+    with pytest.raises(ValueError, match=f"{field} must be an int >= 1. Received: 0"):
+        BatchQueue(max_wait=0.0, **sizes)
+
+
 def test_the_queue_refuses_what_does_not_fit():
     queue = BatchQueue(max_batch_size=2, max_wait=0.0, max_queue=3)
     queue.add(items("a", ["1", "2"], 0.0))
@@ -234,11 +250,12 @@ def test_a_call_waits_for_running_batches_and_runs_alone():
     batcher = Batcher(engine, max_batch_size=1, max_wait_ms=0, max_queue=8, workers=3)
     before = batcher.submit(["a"], "k")
     wait_until(lambda: engine.running == 1)
-    call_ran = []
+    call_ran, call_release = [], threading.Event()
 
     def call():
         with engine.lock:
             call_ran.append(engine.running)
+        call_release.wait(10)
         return "called"
 
     called = batcher.submit_call(call)
@@ -246,7 +263,11 @@ def test_a_call_waits_for_running_batches_and_runs_alone():
     time.sleep(0.05)  # Two workers are free: neither may start the call or "b".
     assert call_ran == [] and engine.events == [("start", ("a",))]
     engine.release.set()
-    assert called.result(10) == "called" and call_ran == [0]
+    wait_until(lambda: call_ran == [0])  # "a" ended before the call began.
+    time.sleep(0.05)  # The call runs: no worker may start "b" beside it.
+    assert engine.events == [("start", ("a",)), ("end", ("a",))]
+    call_release.set()
+    assert called.result(10) == "called"
     assert before.result(10) == ["k:a"] and after.result(10) == ["k:b"]
     batcher.stop()
     assert engine.events == [
@@ -272,3 +293,29 @@ def test_stop_with_several_workers_finishes_what_is_queued():
 def test_workers_must_be_a_positive_int():
     with pytest.raises(ValueError, match="workers must be an int >= 1. Received: 0"):
         Batcher(EchoEngine(), max_batch_size=1, max_wait_ms=0, max_queue=1, workers=0)
+
+
+def test_two_workers_filling_one_request_at_once_lose_no_text():
+    from keras_transformer.serving.batcher import _Request
+
+    class SlowCount(_Request):
+        """Reading the count yields to other threads: without a lock both
+        fills read 2 and write 1, and the caller would wait forever."""
+
+        @property
+        def remaining(self):
+            value = self._count
+            time.sleep(0.05)
+            return value
+
+        @remaining.setter
+        def remaining(self, value):
+            self._count = value
+
+    request = SlowCount(2)
+    fills = [threading.Thread(target=request.fill, args=(i, str(i))) for i in (0, 1)]
+    for thread in fills:
+        thread.start()
+    for thread in fills:
+        thread.join(10)
+    assert request.future.result(2) == ["0", "1"]

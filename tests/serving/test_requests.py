@@ -139,7 +139,7 @@ def test_serve_options_refuse_a_request_that_could_never_be_queued():
         ServeOptions(max_batch_size=-1)
 
 
-def test_only_ctranslate2_decodes_batches_side_by_side(monkeypatch):
+def test_which_engines_decode_batches_side_by_side(monkeypatch):
     from keras_transformer.serving import server
 
     monkeypatch.setattr(server, "usable_cores", lambda: 2)
@@ -180,6 +180,7 @@ def test_other_addresses_than_loopback_need_allow_remote():
         (["--beam-size", "0"], "must be >= 1"),
         (["--engine", "savedmodel", "--workers", "3"], "the savedmodel engine"),
         (["--workers", "-1"], "must be >= 0"),
+        (["--workers", "65"], "must be <= 64"),
     ],
 )
 def test_serve_refuses_bad_flags_before_loading(tmp_path, capsys, argv, expected):

@@ -39,7 +39,7 @@ def run_dir(tmp_path_factory):
 def server(run_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("logs") / "server.log"
     args = ["--run-dir", str(run_dir), "--engine", "ctranslate2", "--beam-size", "1"]
-    args += ["--max-extra-length", str(EXTRA), "--max-batch-size", "4"]
+    args += ["--max-extra-length", str(EXTRA)]  # The default batch size.
     args += ["--workers", "2"]  # Batches side by side, whatever the cores.
     process = ServerProcess(args, log)
     yield process
@@ -52,6 +52,7 @@ def test_info_names_the_engine_and_attention_is_refused(server):
     assert info["settings"]["beam_size"] == 1
     assert info["model"]["quantization"] == "float32"
     assert info["batching"]["workers"] == 2
+    assert info["batching"]["max_batch_size"] == 32  # --max-batch-size 0
     answer = server.post("/v1/attention", {"source": "a dog.", "translation": "x"})
     assert answer.status == 501
     assert "need --engine keras; this server runs ctranslate2" in answer.error()[1]

@@ -256,10 +256,13 @@ LONG = " ".join(["the old man likes the garden near the river"] * 4)[:150]
 
 
 def test_overload_is_503_with_retry_after_and_the_accepted_are_answered(server):
-    """Far more texts at once than the queue (12) and a batch (4) hold."""
+    """Far more texts at once than the queue (12) and the batches decoding
+    (two workers, 4 each) hold: 96, so that some are refused even where a
+    loaded machine spreads the clients' sends out."""
     expected = server.translate([LONG])[0]
     answers = []
-    start = threading.Barrier(12)
+    clients = 24
+    start = threading.Barrier(clients)
 
     def client():
         start.wait()
@@ -267,7 +270,7 @@ def test_overload_is_503_with_retry_after_and_the_accepted_are_answered(server):
             server.post("/v1/translate", {"texts": [LONG] * 4, "beam_size": 4})
         )
 
-    threads = [threading.Thread(target=client) for _ in range(12)]
+    threads = [threading.Thread(target=client) for _ in range(clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
