@@ -262,8 +262,10 @@ class Batcher:
                 # Another worker may form the next batch meanwhile.
                 self._changed.notify_all()
             try:
-                self._run(batch)
+                outcome = self._decode(batch)
             finally:
+                # Counted as done before any caller has its answer, so that
+                # a caller asking /healthz next sees its texts decoded.
                 with self._changed:
                     self._busy -= len(batch)
                     self._running -= 1
@@ -273,6 +275,7 @@ class Batcher:
                     else:
                         self._alone = False
                     self._changed.notify_all()
+            self._deliver(batch, outcome)
 
     def _wait_for_batch(self) -> list[Item] | None:
         """The next batch (None: stopping and nothing left); holds the lock."""
@@ -297,23 +300,29 @@ class Batcher:
         head = self._queue.items[0] if self._queue.items else None
         return not (head is not None and head.call is not None and self._running)
 
-    def _run(self, batch: list[Item]) -> None:
+    def _decode(self, batch: list[Item]) -> list[Any] | Exception:
+        """The batch's results in order, or the error that fails it (only
+        this batch's requests)."""
         start = time.perf_counter()
         try:
             if batch[0].call is not None:
-                results = [batch[0].call()]
-            else:
-                results = list(self._run_batch([i.text for i in batch], batch[0].key))
-                if len(results) != len(batch):
-                    raise RuntimeError(
-                        f"The engine returned {len(results)} results for "
-                        f"{len(batch)} texts."
-                    )
-        except Exception as error:  # Only this batch's requests fail.
-            for item in batch:
-                item.request.fail(error)
-            return
+                return [batch[0].call()]
+            results = list(self._run_batch([i.text for i in batch], batch[0].key))
+        except Exception as error:
+            return error
+        if len(results) != len(batch):
+            return RuntimeError(
+                f"The engine returned {len(results)} results for {len(batch)} texts."
+            )
         seconds = (time.perf_counter() - start) / len(batch)
         self._seconds_per_text = 0.8 * self._seconds_per_text + 0.2 * seconds
-        for item, result in zip(batch, results):
+        return results
+
+    @staticmethod
+    def _deliver(batch: list[Item], outcome: list[Any] | Exception) -> None:
+        if isinstance(outcome, Exception):
+            for item in batch:
+                item.request.fail(outcome)
+            return
+        for item, result in zip(batch, outcome):
             item.request.fill(item.index, result)

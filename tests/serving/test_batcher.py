@@ -319,3 +319,18 @@ def test_two_workers_filling_one_request_at_once_lose_no_text():
     for thread in fills:
         thread.join(10)
     assert request.future.result(2) == ["0", "1"]
+
+
+def test_a_caller_with_its_answer_sees_its_texts_counted_as_decoded():
+    """/healthz right after an answer: nothing of it still "decoding"."""
+    gate = threading.Event()
+    batcher = Batcher(EchoEngine(gate), max_batch_size=4, max_wait_ms=0, max_queue=8)
+    seen = []
+    future = batcher.submit(["a", "b"], "k")
+    # Called on the worker thread as the answer is set (the engine waits).
+    future.add_done_callback(lambda _: seen.append(batcher.stats()))
+    gate.set()
+    assert future.result(10) == ["k:a", "k:b"]
+    wait_until(lambda: seen)
+    assert seen[0]["decoding"] == 0 and seen[0]["texts"] == 2
+    batcher.stop()
