@@ -187,10 +187,9 @@ def run_child(
         os.killpg(child.pid, signal.SIGKILL)
         child.communicate()
         return None
-    out = subprocess.CompletedProcess(command, child.returncode, stdout, stderr)
-    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-    if out.returncode or not lines:
-        sys.exit(f"{backend} run failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+    lines = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
+    if child.returncode or not lines:
+        sys.exit(f"{backend} run failed:\n{stdout[-3000:]}{stderr[-3000:]}")
     return json.loads(lines[-1][len("RESULT ") :])
 
 

@@ -174,7 +174,6 @@ class Batcher:
         self._alone = False  # A call runs: nothing else may start.
         self._batches = self._texts = 0  # Decoded so far (mean batch size).
         self._seconds_per_text = 0.05  # Refined by every batch (Retry-After).
-        self._workers = workers
         self._threads = [
             threading.Thread(
                 target=self._work, name=f"keras-transformer-batcher-{n}", daemon=True
@@ -192,7 +191,7 @@ class Batcher:
     @property
     def workers(self) -> int:
         """Batches that may decode at once."""
-        return self._workers
+        return len(self._threads)
 
     def submit(self, texts: Sequence[Any], key: Hashable) -> Future:
         """Queue `texts` to decode with settings `key`; a Future of their
@@ -221,7 +220,7 @@ class Batcher:
             raise Overloaded("The server is shutting down.", retry_after=1)
         if len(items) > self._queue.room():
             waiting = len(self._queue) + self._busy
-            retry = math.ceil(waiting * self._seconds_per_text / self._workers)
+            retry = math.ceil(waiting * self._seconds_per_text / self.workers)
             raise Overloaded(
                 f"The queue is full ({len(self._queue)} of {self._queue.max_queue} "
                 f"texts waiting; this request has {len(items)}): try again later.",

@@ -15,13 +15,13 @@ with status 0.
 from __future__ import annotations
 
 import ipaddress
-import os
 import signal
 import socket
 import sys
 import tempfile
 from pathlib import Path
 
+from keras_transformer.data.block_encoding import available_cores
 from keras_transformer.search_settings import SearchSettings
 from keras_transformer.serving.options import ServeOptions
 
@@ -68,12 +68,6 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def usable_cores() -> int:
-    """The cores this process may use."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
-    return cores or os.cpu_count() or 1
-
-
 def decode_workers(engine: str, workers: int, backend: str = "") -> int:
     """Batches decoded at once (`--workers`; 0: the engine's default).
 
@@ -97,7 +91,7 @@ def decode_workers(engine: str, workers: int, backend: str = "") -> int:
                 "or keras on jax or tensorflow). Leave --workers out."
             )
         return 1
-    return workers or (2 if usable_cores() >= 2 else 1)
+    return workers or (2 if available_cores() >= 2 else 1)
 
 
 def default_batch_size(engine: str) -> int:
@@ -116,7 +110,7 @@ def default_threads(workers: int) -> int:
     threads spin while they wait: on 2 cores, 2 threads beside the HTTP side
     decoded 1.3 sentences/s where 1 thread decoded 13.8 (beam 4, batches of
     32, a busy machine)."""
-    return max(1, (usable_cores() - 1) // workers)
+    return max(1, (available_cores() - 1) // workers)
 
 
 def serve(

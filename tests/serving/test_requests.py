@@ -142,7 +142,7 @@ def test_serve_options_refuse_a_request_that_could_never_be_queued():
 def test_which_engines_decode_batches_side_by_side(monkeypatch):
     from keras_transformer.serving import server
 
-    monkeypatch.setattr(server, "usable_cores", lambda: 2)
+    monkeypatch.setattr(server, "available_cores", lambda: 2)
     assert server.decode_workers("ctranslate2", 0) == 2
     assert server.decode_workers("ctranslate2", 5) == 5
     assert server.default_threads(2) == 1  # One core left beside the HTTP side.
@@ -154,12 +154,12 @@ def test_which_engines_decode_batches_side_by_side(monkeypatch):
     assert server.decode_workers("savedmodel", 1) == 1
     with pytest.raises(ValueError, match="--workers 2: the savedmodel engine decodes"):
         server.decode_workers("savedmodel", 2)
-    monkeypatch.setattr(server, "usable_cores", lambda: 1)
+    monkeypatch.setattr(server, "available_cores", lambda: 1)
     assert server.decode_workers("ctranslate2", 0) == 1
     assert server.decode_workers("keras", 0, "jax") == 1
     assert server.default_batch_size("keras") == 8
     assert server.default_batch_size("ctranslate2") == 32
-    monkeypatch.setattr(server, "usable_cores", lambda: 16)
+    monkeypatch.setattr(server, "available_cores", lambda: 16)
     assert server.default_threads(2) == 7
 
 
