@@ -1,7 +1,7 @@
 """One-off CLI runs with an empty and a warm compilation cache, per backend.
 
 `translate`, `evaluate` and `train` keep compiled XLA programs on disk
-(`keras_transformer.compile.enable_compilation_cache`: JAX's persistent
+(`keras_transformer.decoding.compile.enable_compilation_cache`: JAX's persistent
 cache; XLA's in TensorFlow). This times whole commands, process start to
 exit, as a user runs them once: each command twice with a fresh cache root,
 first empty ("cold": it compiles and writes every program) and then warm

@@ -46,9 +46,9 @@ def child(
     import keras
 
     from keras_transformer.data.multi30k import load_multi30k
-    from keras_transformer.evaluation import corpus_scores
-    from keras_transformer.run_directory import RunDirectory
-    from keras_transformer.translator import Translator
+    from keras_transformer.decoding.evaluation import corpus_scores
+    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.run.directory import RunDirectory
 
     test = load_multi30k("test", data_dir=multi30k)
     run = RunDirectory(run_dir)
@@ -99,8 +99,8 @@ def child(
 
 def torch_compiled(model, tokenizer, **settings):
     """A `Translator` whose search runs through torch.compile."""
-    from keras_transformer.compile import TORCH_COMPILE_ENV
-    from keras_transformer.translator import Translator
+    from keras_transformer.decoding.compile import TORCH_COMPILE_ENV
+    from keras_transformer.decoding.translator import Translator
 
     os.environ[TORCH_COMPILE_ENV] = "1"
     try:

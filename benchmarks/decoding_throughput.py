@@ -21,7 +21,7 @@ from keras import ops
 
 from keras_transformer import TransformerConfig, build_transformer
 from keras_transformer.config import EOS_ID
-from keras_transformer.generate import SequenceGenerator
+from keras_transformer.decoding.generator import SequenceGenerator
 
 
 class NoEosModel:

@@ -29,7 +29,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_transformer.distribution import (
+from keras_transformer.training.distribution import (
     DistributionPlan,
     setup_distribution,
     simulate_cpu_devices,

@@ -31,7 +31,8 @@ from _common import best_matmul_flops, peak_rss_mb, training_flops  # noqa: E402
 from decoding_throughput import NoEosModel  # noqa: E402
 
 from keras_transformer import TransformerConfig, training  # noqa: E402
-from keras_transformer.generate import SequenceGenerator  # noqa: E402
+from keras_transformer.decoding.generator import SequenceGenerator  # noqa: E402
+from keras_transformer.training.model_setup import dtype_policy  # noqa: E402
 
 
 def accelerator() -> str | None:
@@ -75,7 +76,7 @@ def train(args, config) -> dict:
 
 def decode(args, config) -> float:
     keras.utils.set_random_seed(0)
-    with training._dtype_policy(args.precision):
+    with dtype_policy(args.precision):
         model = NoEosModel(training.build_model(training.TrainOptions(), config))
     rng = np.random.default_rng(1)
     shape = (args.decode_batch, args.length)

@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import sacrebleu  # noqa: E402
 
 from keras_transformer.data.builtin_corpus import generate_corpus  # noqa: E402
-from keras_transformer.run_directory import RunDirectory  # noqa: E402
+from keras_transformer.run.directory import RunDirectory  # noqa: E402
 
 
 def held_out(count: int) -> tuple[list[str], list[str]]:
@@ -109,7 +109,7 @@ def ctranslate2_fn(path: Path, beam_size: int, threads: int):
 
 
 def translator_fn(run: RunDirectory, beam_size: int, batch_size: int):
-    from keras_transformer.translator import Translator
+    from keras_transformer.decoding.translator import Translator
 
     translator = Translator(
         run.load_model(),

@@ -36,7 +36,7 @@ def child(batch: int, length: int, calls: int) -> None:
     import numpy as np
 
     from keras_transformer import TransformerConfig, build_transformer
-    from keras_transformer.generate import SequenceGenerator
+    from keras_transformer.decoding.generator import SequenceGenerator
 
     keras.utils.set_random_seed(0)
     model = build_transformer(TransformerConfig.preset("tiny", vocab_size=2000))

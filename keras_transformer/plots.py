@@ -1,7 +1,8 @@
-"""Figures for the notebooks and the CLI; each function returns a matplotlib
-`Figure` (built without pyplot, so nothing global changes and nothing opens a
-window; in a notebook the figure shows as a cell's value, and
-`figure.savefig(path)` writes it to a file).
+"""Figures for the notebooks and the run directory, as matplotlib Figures.
+
+Each function returns a matplotlib `Figure` (built without pyplot, so
+nothing global changes and nothing opens a window; in a notebook the figure
+shows as a cell's value, and `figure.savefig(path)` writes it to a file).
 
 - `positional_encoding`: the §3.5 sinusoid matrix.
 - `attention_mask`: a (query, key) mask, True = may attend.

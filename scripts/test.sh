@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Set up the environment, lint, prove the JAX-only install, install Debian's
-# chromium for the browser test (if missing), and run the whole test suite
-# on the three backends.
+# Set up the environment, lint, build the documentation site strictly,
+# prove the JAX-only install, install Debian's chromium for the browser test
+# (if missing), and run the whole test suite on the three backends.
 # Usage: bash scripts/test.sh [extra pytest args]
 #
 # The JAX-only route (scripts/smoke_single_backend.sh: its own .venv-jax with
@@ -18,6 +18,9 @@ bash scripts/setup.sh
 export TF_CPP_MIN_LOG_LEVEL=2
 .venv/bin/ruff check keras_transformer tests scripts benchmarks
 .venv/bin/ruff format --check keras_transformer tests scripts benchmarks
+# The documentation site, in its own environment (.venv-docs): a dead link,
+# a missing page or a broken reference fails here.
+bash scripts/docs.sh
 bash scripts/smoke_single_backend.sh jax
 # Debian's chromium for the demo page's browser test, when missing.
 bash scripts/install_browser.sh

@@ -58,12 +58,13 @@ def _compilation_cache(tmp_path_factory):
 # the variable every suite runs them.
 BACKEND_NEUTRAL = (
     "tests/data/",
-    "tests/test_atomic_files.py",
+    "tests/utils/test_atomic_files.py",
     "tests/test_backend_parity.py",
     "tests/test_config.py",
-    "tests/test_evaluation.py",
+    "tests/test_layout.py",
+    "tests/decoding/test_evaluation.py",
     "tests/test_plots.py",
-    "tests/test_search_settings.py",
+    "tests/decoding/test_settings.py",
     "tests/serving/test_batcher.py",
     "tests/serving/test_requests.py",
     "tests/serving/test_engines.py",

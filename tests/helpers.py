@@ -191,7 +191,7 @@ def no_eos_model(vocab_size: int):
     return model
 
 
-# --- small training runs (tests/test_training.py, tests/distributed_checks.py) ---
+# --- small training runs (tests/training/: test_job.py, distributed_checks.py) ---
 
 TRAINING_MODEL = {"d_model": 32, "d_ff": 64, "num_heads": 2, "warmup_steps": 20}
 
@@ -216,7 +216,7 @@ def write_training_corpus(directory) -> dict[str, tuple[str, str]]:
 def training_options(run_dir, files, **changes):
     """TrainOptions of a 12-update run of a very small model on `files`."""
     from keras_transformer.data.datasets import DatasetSpec
-    from keras_transformer.options import TrainOptions
+    from keras_transformer.training.options import TrainOptions
 
     values = dict(
         run_dir=str(run_dir),

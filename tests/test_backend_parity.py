@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.config import EOS_ID
-from keras_transformer.optional_imports import is_installed
+from keras_transformer.utils.optional_imports import is_installed
 
 pytestmark = pytest.mark.usefixtures("keras_state")
 
@@ -46,7 +46,7 @@ WORKER = textwrap.dedent(
     from keras_transformer import TransformerConfig, build_transformer, training
     from keras_transformer.config import BOS_ID, EOS_ID
     from keras_transformer.data.pipeline import token_weights
-    from keras_transformer.generate import SequenceGenerator
+    from keras_transformer.decoding.generator import SequenceGenerator
 
     folder, backend, others = sys.argv[1], sys.argv[2], sys.argv[3:]
     assert keras.backend.backend() == backend, keras.backend.backend()

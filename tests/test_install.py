@@ -17,8 +17,9 @@ from pathlib import Path
 import keras
 import pytest
 
-from keras_transformer import accelerators, optional_imports
-from keras_transformer.optional_imports import MissingExtraError, require
+from keras_transformer.training import accelerators
+from keras_transformer.utils import optional_imports
+from keras_transformer.utils.optional_imports import MissingExtraError, require
 
 ROOT = Path(__file__).resolve().parents[1]
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+, as the dev setup.
@@ -211,9 +212,12 @@ def test_command_line_prints_the_sentence_and_exits_2():
 
 _EVERY_COMMAND = """
 import keras_transformer
-from keras_transformer import averaging, cli, evaluation
+from keras_transformer import cli
+from keras_transformer.run import averaging
+from keras_transformer.decoding import evaluation
 from keras_transformer.export import ctranslate2, savedmodel
-from keras_transformer import training, translator
+from keras_transformer import training
+from keras_transformer.decoding import translator
 print(sorted(m for m in {names!r} if sys.modules.get(m) is not None))
 """
 
@@ -295,7 +299,7 @@ def test_mirrored_on_one_device_lists_the_devices_found():
     "(test_distributed.py::test_torch_refuses_...)",
 )
 def test_setup_distribution_mirrored_on_one_device_fails():
-    from keras_transformer.distribution import setup_distribution
+    from keras_transformer.training.distribution import setup_distribution
 
     with pytest.raises(ValueError, match=r"needs 2 or more devices; .* found 1: "):
         setup_distribution("mirrored")

@@ -1,5 +1,4 @@
-"""Encode blocks of sentence pairs into flat token arrays, here or in
-worker processes.
+"""Encode blocks of sentence pairs into flat token arrays, here or in workers.
 
 `encode_block` is the one place where training pairs are filtered and
 encoded: the in-memory path (`pipeline.filter_pairs`) and the workers of

@@ -1,6 +1,8 @@
-"""Choose a parallel dataset by name: builtin, multi30k, files, tfds:NAME, or
-store:DIR (a store that `keras-transformer prepare` made: token ids, read by
-`train` through a memory map; see `token_store`)."""
+"""Choose a parallel dataset by name: builtin, multi30k, files, tfds:NAME.
+
+Or store:DIR, a store that `keras-transformer prepare` made: token ids, read
+by `train` through a memory map (see `token_store`).
+"""
 
 from __future__ import annotations
 

@@ -20,13 +20,13 @@ import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
-from keras_transformer._user_cache import user_cache_root
 from keras_transformer.data.text_files import (
     DataError,
     ParallelCorpus,
     read_parallel_files,
     sha256_file,
 )
+from keras_transformer.utils.user_cache import user_cache_root
 
 __all__ = [
     "MULTI30K_SHA256",

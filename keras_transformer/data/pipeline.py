@@ -1,5 +1,6 @@
-"""Input pipeline: teacher-forcing shift, filtering, length buckets and
-token-budget batches with a small fixed set of padded shapes.
+"""Input pipeline: teacher forcing, filtering, buckets, token-budget batches.
+
+The batches come in a small fixed set of padded shapes.
 
 Every batch has one of `len(buckets)` shapes: bucket b pads source and target
 to `buckets[b]` tokens and always holds `batch_size(b)` rows (a batch with

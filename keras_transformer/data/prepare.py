@@ -42,14 +42,8 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from keras_transformer._user_cache import user_cache_root
-from keras_transformer.atomic_files import (
-    PARTIAL_MARK,
-    atomic_directory,
-    atomic_write_text,
-)
 from keras_transformer.data.block_encoding import (
     EncoderPool,
     available_cores,
@@ -58,6 +52,7 @@ from keras_transformer.data.block_encoding import (
 )
 from keras_transformer.data.datasets import SplitSource, dataset_sources
 from keras_transformer.data.pipeline import FilterReport
+from keras_transformer.data.store_options import PrepareOptions
 from keras_transformer.data.text_files import (
     DataError,
     PairBlock,
@@ -81,9 +76,13 @@ from keras_transformer.data.token_store import (
     write_manifest,
 )
 from keras_transformer.data.tokenizer import SentencePieceTokenizer, train_tokenizer
-
-if TYPE_CHECKING:  # The options stand a floor above the data they describe.
-    from keras_transformer.options import PrepareOptions
+from keras_transformer.utils import console
+from keras_transformer.utils.atomic_files import (
+    PARTIAL_MARK,
+    atomic_directory,
+    atomic_write_text,
+)
+from keras_transformer.utils.user_cache import user_cache_root
 
 __all__ = [
     "default_store_path",
@@ -94,10 +93,6 @@ __all__ = [
 ]
 
 _PROGRESS_SECONDS = 30
-
-
-def _log(message: str) -> None:
-    print(f"[keras-transformer] {message}", flush=True)
 
 
 def default_store_path(key: str) -> Path:
@@ -215,7 +210,7 @@ def store_location(options: PrepareOptions) -> Path:
 def prepare_store(
     options: PrepareOptions,
     *,
-    log: Callable[[str], None] = _log,
+    log: Callable[[str], None] = console.log,
     verify_reused: bool = True,
 ) -> TokenStore:
     """Make the store of `options` (see the module doc), or find it made
@@ -424,7 +419,7 @@ def learn_tokenizer(
     vocab_size: int,
     sample_size: int,
     seed: int,
-    log: Callable[[str], None] = _log,
+    log: Callable[[str], None] = console.log,
 ):
     """Pass 1: read every block of a training split (and so check it) for a
     seeded sample of at most `sample_size` sentences, and learn the joint

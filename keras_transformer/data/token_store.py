@@ -1,5 +1,4 @@
-"""A prepared token store: a corpus's token ids in flat files that training
-reads through a memory map.
+"""A prepared token store: a corpus's token ids in memory-mapped flat files.
 
 `keras-transformer prepare` (`data.prepare`) writes a store once; `train`
 opens it in about a second whatever its size, every process of a
@@ -55,9 +54,9 @@ from typing import Any
 
 import numpy as np
 
-from keras_transformer.atomic_files import atomic_write_text
 from keras_transformer.data.text_files import DataError, ParallelCorpus, sha256_file
 from keras_transformer.data.token_pairs import SIDES, TokenPairs
+from keras_transformer.utils.atomic_files import atomic_write_text
 from keras_transformer.version import __version__
 
 __all__ = [

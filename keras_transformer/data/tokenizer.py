@@ -64,10 +64,10 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_transformer.atomic_files import atomic_write_bytes, atomic_write_text
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.text_files import DataError
-from keras_transformer.optional_imports import require
+from keras_transformer.utils.atomic_files import atomic_write_bytes, atomic_write_text
+from keras_transformer.utils.optional_imports import require
 
 RESERVED_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
 TOKENIZER_KINDS = ("sentencepiece", "wordpiece")

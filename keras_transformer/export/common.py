@@ -1,5 +1,8 @@
-"""What every export target shares: the run it exports, the directory it
-writes, and the record of what was exported."""
+"""What every export target shares: the run, the output, the export record.
+
+The run it exports, the directory it writes, and the record of what was
+exported.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.run_directory import InferenceRun, RunDirectory
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.run.directory import InferenceRun, RunDirectory
 from keras_transformer.version import __version__
 
 

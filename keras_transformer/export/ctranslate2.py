@@ -53,11 +53,11 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_transformer.atomic_files import atomic_directory
-from keras_transformer.export import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
+from keras_transformer.decoding.settings import SearchSettings, search_settings
 from keras_transformer.export.common import export_record, open_run
-from keras_transformer.run_directory import InferenceRun
-from keras_transformer.search_settings import SearchSettings, search_settings
+from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
+from keras_transformer.run.directory import InferenceRun
+from keras_transformer.utils.atomic_files import atomic_directory
 
 DIFFERENCES = [
     "Beam scores are normalised by length ** length_penalty, not by GNMT's "

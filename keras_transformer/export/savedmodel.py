@@ -49,10 +49,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from keras_transformer.atomic_files import atomic_directory
+from keras_transformer.decoding.settings import SearchSettings, search_settings
 from keras_transformer.export.common import export_record, open_run
-from keras_transformer.run_directory import InferenceRun, RunDirectory
-from keras_transformer.search_settings import SearchSettings, search_settings
+from keras_transformer.run.directory import InferenceRun, RunDirectory
+from keras_transformer.utils.atomic_files import atomic_directory
 
 EXPORT_INFO = "export.json"
 IDS_ONLY = "ids_only"

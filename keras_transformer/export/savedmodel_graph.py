@@ -13,7 +13,7 @@ import keras
 import tensorflow as tf  # noqa: TID251 - export is TensorFlow's job
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
-from keras_transformer.generate import SequenceGenerator
+from keras_transformer.decoding.generator import SequenceGenerator
 
 # Python's str.isspace() set, which `Translator` uses to find blank inputs.
 _BLANK = r"[\s\p{Z}\x{1c}-\x{1f}\x{85}]*"

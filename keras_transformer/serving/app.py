@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving import protocol
 from keras_transformer.serving.batcher import Batcher, Overloaded
 from keras_transformer.serving.engines import AttentionUnavailable, Engine
@@ -79,6 +79,21 @@ def create_app(
     )
     _add_error_handlers(app)
     _add_pages(app)
+    _add_status(app, engine, batcher, options, settings)
+    _add_translate(app, engine, batcher, options, settings)
+    _add_attention(app, engine, batcher, options)
+    return app
+
+
+def _add_status(
+    app: FastAPI,
+    engine: Engine,
+    batcher: Batcher,
+    options: ServeOptions,
+    settings: SearchSettings,
+) -> None:
+    """`/healthz` (the queue and the workers) and `/v1/info` (the engine,
+    the defaults, the limits)."""
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -104,9 +119,22 @@ def create_app(
             },
         }
 
-    def _check_tokens(fields: list[str], texts: list[str]) -> None:
-        counts = [len(ids) for ids in engine.tokenizer.encode(texts)]
-        protocol.check_token_counts(fields, counts, options)
+
+def _check_tokens(
+    engine: Engine, options: ServeOptions, fields: list[str], texts: list[str]
+) -> None:
+    counts = [len(ids) for ids in engine.tokenizer.encode(texts)]
+    protocol.check_token_counts(fields, counts, options)
+
+
+def _add_translate(
+    app: FastAPI,
+    engine: Engine,
+    batcher: Batcher,
+    options: ServeOptions,
+    settings: SearchSettings,
+) -> None:
+    """`/v1/translate`: each request checked whole before it is queued."""
 
     @app.post(
         "/v1/translate",
@@ -120,7 +148,7 @@ def create_app(
         job = protocol.translate_job(parsed, settings, options)
         engine.check_settings(job.settings)
         fields = [f"texts[{index}]" for index in range(len(job.texts))]
-        _check_tokens(fields, job.texts)
+        _check_tokens(engine, options, fields, job.texts)
         future = batcher.submit(job.texts, job.settings)
         results = await asyncio.wrap_future(future)
         return JSONResponse(
@@ -130,6 +158,13 @@ def create_app(
                 "milliseconds": _since(start),
             }
         )
+
+
+def _add_attention(
+    app: FastAPI, engine: Engine, batcher: Batcher, options: ServeOptions
+) -> None:
+    """`/v1/attention`: the cross-attention of a source and its translation
+    (the Keras engine alone)."""
 
     @app.post(
         "/v1/attention",
@@ -148,7 +183,8 @@ def create_app(
             protocol.check_text(field, getattr(parsed, field), options)
         if not parsed.source.strip():
             raise RequestError(422, "source", "source is blank: nothing to attend to.")
-        _check_tokens(["source", "translation"], [parsed.source, parsed.translation])
+        texts = [parsed.source, parsed.translation]
+        _check_tokens(engine, options, ["source", "translation"], texts)
         if not engine.has_attention:
             engine.attention(parsed.source, parsed.translation)  # Raises.
         future = batcher.submit_call(
@@ -156,8 +192,6 @@ def create_app(
         )
         weights = await asyncio.wrap_future(future)
         return JSONResponse({**weights, "milliseconds": _since(start)})
-
-    return app
 
 
 def _translation(hypotheses: list[tuple[str, float]], n_best: int) -> dict[str, Any]:

@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from keras_transformer.compile import compile_function
-from keras_transformer.run_directory import InferenceRun, RunDirectory
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.decoding.compile import compile_function
+from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.decoding.translator import real_hypotheses
+from keras_transformer.run.directory import InferenceRun, RunDirectory
 from keras_transformer.serving.protocol import RequestError
-from keras_transformer.setting_fields import flag_name
-from keras_transformer.translator import real_hypotheses
+from keras_transformer.utils.setting_fields import flag_name
 from keras_transformer.version import __version__
 
 Hypotheses = list[tuple[str, float]]
@@ -126,7 +126,7 @@ class KerasEngine(Engine):
         )
 
     def _translator(self, settings: SearchSettings):
-        from keras_transformer.translator import Translator
+        from keras_transformer.decoding.translator import Translator
 
         with self._translators_lock:
             translator = self._translators.pop(settings, None)
@@ -150,7 +150,7 @@ class KerasEngine(Engine):
         Both sides are padded to multiples of 8 and the model runs compiled
         (eager JAX compiles every op of every new shape: 20 s and more);
         the masks give padding no weight, and it is cut off again."""
-        from keras_transformer.translator import pad_batch
+        from keras_transformer.decoding.translator import pad_batch
 
         tokenizer = self.tokenizer
         source_ids, target_ids = tokenizer.encode([source, translation])
@@ -193,7 +193,7 @@ class CTranslate2Engine(Engine):
         self, directory: Path, settings: SearchSettings, threads: int, workers: int = 1
     ):
         from keras_transformer.data.tokenizer import load_tokenizer
-        from keras_transformer.optional_imports import require
+        from keras_transformer.utils.optional_imports import require
 
         ctranslate2 = require("ctranslate2", "serve", "--engine ctranslate2")
         self.export_info = _export_info(directory, "ctranslate2")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from keras_transformer.setting_fields import check_setting, setting
+from keras_transformer.utils.setting_fields import check_setting, setting
 
 
 @dataclasses.dataclass(frozen=True)

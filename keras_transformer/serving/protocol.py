@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving.options import ServeOptions
-from keras_transformer.setting_fields import flag_name
+from keras_transformer.utils.setting_fields import flag_name
 
 
 class RequestError(Exception):

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from keras_transformer.data.block_encoding import available_cores
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving.options import ServeOptions
 
 DEFAULT_HOST = "127.0.0.1"
@@ -127,13 +127,12 @@ def serve(
     access_log: bool = False,
 ) -> int:
     """Serve the run in `run_dir` until SIGTERM or Ctrl-C; returns 0."""
-    from keras_transformer.optional_imports import require
+    from keras_transformer.utils.optional_imports import require
 
     check_host(host, allow_remote)
     for module in ("fastapi", "uvicorn"):  # Before minutes of loading.
         require(module, "serve", "keras-transformer serve")
     import keras
-    import uvicorn
 
     from keras_transformer.serving.app import create_app
     from keras_transformer.serving.batcher import Batcher
@@ -161,34 +160,46 @@ def serve(
             workers=workers,
         )
         app = create_app(opened, batcher, options, opened.settings)
-        sock = bind(host, port)
-        shown = f"[{host}]" if ":" in host else host
-        print(
-            f"keras-transformer serve: {opened.name} engine on "
-            f"http://{shown}:{sock.getsockname()[1]}/ (SIGTERM or Ctrl-C stops "
-            "it after the requests in flight)",
-            flush=True,
-        )
-        config = uvicorn.Config(
-            app,
-            log_level="info",
-            access_log=access_log,
-            timeout_graceful_shutdown=None,  # Every request in flight finishes.
-        )
-        # uvicorn raises the signal again once it has shut down gracefully;
-        # with these handlers that ends in a return, so cleanup runs and
-        # the exit status is 0.
-        for name in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(name, lambda *_: None)
         try:
-            uvicorn.Server(config).run(sockets=[sock])
+            _serve_on(app, bind(host, port), host, opened.name, access_log)
         finally:
-            # What is left to decode now has no caller waiting (a forced
-            # exit): one more signal stops the process instead.
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
             batcher.stop()
             opened.close()
-            sock.close()
     print("keras-transformer serve: stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _serve_on(
+    app, sock: socket.socket, host: str, engine: str, access_log: bool
+) -> None:
+    """Run uvicorn on `sock` until SIGTERM or Ctrl-C, after which every
+    request in flight finishes; a second signal then stops the process."""
+    import uvicorn
+
+    shown = f"[{host}]" if ":" in host else host
+    print(
+        f"keras-transformer serve: {engine} engine on "
+        f"http://{shown}:{sock.getsockname()[1]}/ (SIGTERM or Ctrl-C stops "
+        "it after the requests in flight)",
+        flush=True,
+    )
+
+    config = uvicorn.Config(
+        app,
+        log_level="info",
+        access_log=access_log,
+        timeout_graceful_shutdown=None,  # Every request in flight finishes.
+    )
+    # uvicorn raises the signal again once it has shut down gracefully;
+    # with these handlers that ends in a return, so cleanup runs and
+    # the exit status is 0.
+    for name in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(name, lambda *_: None)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        # What is left to decode now has no caller waiting (a forced
+        # exit): one more signal stops the process instead.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sock.close()

@@ -17,6 +17,7 @@ from keras_transformer.cli import main
 from keras_transformer.data import prepare, text_files, token_store
 from keras_transformer.data.datasets import DatasetSpec
 from keras_transformer.data.prepare import _SentenceSample, prepare_store
+from keras_transformer.data.store_options import PrepareOptions
 from keras_transformer.data.text_files import DataError, read_parallel_files
 from keras_transformer.data.token_store import (
     StoreError,
@@ -24,7 +25,7 @@ from keras_transformer.data.token_store import (
     open_store,
 )
 from keras_transformer.data.tokenizer import train_tokenizer
-from keras_transformer.options import PrepareOptions, TrainOptions
+from keras_transformer.training.options import TrainOptions
 from tests.data.helpers import install_fake_tfds, write
 from tests.helpers import write_training_corpus
 
@@ -361,7 +362,7 @@ def test_nothing_left_after_the_filter_names_the_lines(tmp_path):
 
 def _full_disk_at(monkeypatch, name):
     """The first write to the store file `name` writes half, then fills the
-    disk (as tests/test_checkpoints.py simulates a full disk)."""
+    disk (as tests/run/test_checkpoints.py simulates a full disk)."""
     real = token_store._HashedFile.write
 
     def write(self, data):

@@ -13,6 +13,7 @@ import pytest
 from keras_transformer import training
 from keras_transformer.data.datasets import DatasetSpec
 from keras_transformer.data.prepare import prepare_store
+from keras_transformer.data.store_options import PrepareOptions, with_store_settings
 from keras_transformer.data.token_store import (
     FORMAT_VERSION,
     StoreError,
@@ -20,7 +21,7 @@ from keras_transformer.data.token_store import (
     store_fingerprint,
     token_dtype,
 )
-from keras_transformer.options import PrepareOptions, TrainOptions
+from keras_transformer.training.options import TrainOptions
 from tests.helpers import write_training_corpus
 
 
@@ -215,7 +216,7 @@ def test_train_on_a_store_takes_its_settings_and_refuses_others(store_dir):
     store = training.prepare_training_store(
         TrainOptions(data=DatasetSpec(name=f"store:{store_dir}"))
     )
-    resolved = training.store_settings(TrainOptions(), store)
+    resolved = with_store_settings(TrainOptions(), store)
     assert (resolved.vocab_size, resolved.max_length) == (400, 32)
     for flag, changes in (
         ("--vocab-size 300", dict(vocab_size=300)),

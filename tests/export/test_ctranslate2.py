@@ -9,14 +9,14 @@ import json
 import pytest
 
 from keras_transformer.data.tokenizer import train_tokenizer
+from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.decoding.translator import Translator
 from keras_transformer.export.ctranslate2 import (
     build_spec,
     export_ctranslate2,
     translate_batch_options,
 )
 from keras_transformer.model import build_transformer
-from keras_transformer.search_settings import SearchSettings
-from keras_transformer.translator import Translator
 from tests.helpers import ctranslate2_ids, make_corpus, small_config
 
 ctranslate2 = pytest.importorskip("ctranslate2")

@@ -15,15 +15,15 @@ import keras
 import pytest
 
 from keras_transformer.data.builtin_corpus import generate_corpus
+from keras_transformer.decoding.translator import Translator
 from keras_transformer.export import (
     EXPORT_INFO,
     IDS_ONLY,
     SIGNATURES,
     export_translator,
 )
-from keras_transformer.run_directory import RunDirectory
+from keras_transformer.run.directory import RunDirectory
 from keras_transformer.training import train
-from keras_transformer.translator import Translator
 from tests.helpers import (
     TRAINING_MODEL,
     ctranslate2_ids,
@@ -235,22 +235,22 @@ except Exception as error:
 
 
 @tensorflow_graph_only
-def test_translate_without_tensorflow_text_fails_as_readme_says(exports):
+def test_translate_without_tensorflow_text_fails_as_docs_say(exports):
     served = run_isolated(WITHOUT_TEXT_OPS, str(exports[4]))
     error = served["error"]
     assert error is not None
     missing = re.search(r"Op type not registered '(Sentencepiece\w+)'", error)
     assert missing, error
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "import tensorflow_text" in readme
+    page = (ROOT / "docs" / "export.md").read_text(encoding="utf-8")
+    assert "import tensorflow_text" in page
     # TensorFlow names whichever tensorflow-text op it meets first.
-    assert "`Op type not registered 'Sentencepiece" in readme
-    assert "names whichever\n`Sentencepiece…` op it meets first" in readme
+    assert "`Op type not registered 'Sentencepiece" in page
+    assert "names whichever\n`Sentencepiece…` op it meets first" in page
 
 
 @tensorflow_graph_only
-def test_readme_serving_snippet_runs_with_tensorflow_alone(exports, tmp_path):
-    from tests.test_readme import SERVING_SNIPPETS
+def test_docs_serving_snippet_runs_with_tensorflow_alone(exports, tmp_path):
+    from tests.test_docs import SERVING_SNIPPETS
 
     assert len(SERVING_SNIPPETS) == 1
     (tmp_path / "exported").symlink_to(exports[4])
@@ -381,7 +381,7 @@ def test_ctranslate2_searches_as_translator(
     differently (CTranslate2 renormalises over the unsuppressed tokens, see
     keras_transformer/export_ctranslate2.py), which this barely trained
     model's probability on UNK/PAD/BOS makes matter for a few sentences."""
-    from keras_transformer.search_settings import SearchSettings
+    from keras_transformer.decoding.settings import SearchSettings
 
     sentences, _ = held_out
     settings = SearchSettings(beam_size=beam_size, alpha=0.0, max_extra_length=EXTRA)
@@ -409,10 +409,10 @@ def test_ctranslate2_export_records_how_to_call_it(ctranslate2_export):
         assert (ctranslate2_export / name).exists(), name
 
 
-def test_readme_ctranslate2_snippet_translates(ctranslate2_export, tmp_path):
-    """README's CTranslate2 example, run as written in a fresh process that
+def test_docs_ctranslate2_snippet_translates(ctranslate2_export, tmp_path):
+    """The docs' CTranslate2 example, run as written in a fresh process that
     imports neither Keras nor this package."""
-    from tests.test_readme import CTRANSLATE2_SNIPPETS
+    from tests.test_docs import CTRANSLATE2_SNIPPETS
 
     assert len(CTRANSLATE2_SNIPPETS) == 1
     (tmp_path / "exported-ct2").symlink_to(ctranslate2_export)
@@ -428,7 +428,7 @@ def test_readme_ctranslate2_snippet_translates(ctranslate2_export, tmp_path):
 
 def test_cli_exports_int8_ctranslate2(run_dir, tmp_path, ctranslate2_export, held_out):
     from keras_transformer.cli import main
-    from keras_transformer.search_settings import SearchSettings
+    from keras_transformer.decoding.settings import SearchSettings
 
     out = tmp_path / "int8"
     status = main(

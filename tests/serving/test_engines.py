@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving.engines import open_engine
 from keras_transformer.serving.protocol import RequestError
 from tests.serving.client import make_run

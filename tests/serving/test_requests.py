@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from keras_transformer.cli import main
-from keras_transformer.search_settings import SearchSettings
+from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving import protocol
 from keras_transformer.serving.options import ServeOptions
 from keras_transformer.serving.protocol import RequestError, TranslateRequest

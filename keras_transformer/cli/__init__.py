@@ -1,0 +1,59 @@
+"""The `keras-transformer` command: parse, then run one command.
+
+- `parser`: every command and flag, from the settings that own them (light:
+  `keras-transformer --help` starts no Keras and no backend).
+- `commands`: what each command does.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from keras_transformer.cli.parser import build_parser, parse_overrides
+from keras_transformer.utils.console import quiet_native_start_up
+
+__all__ = ["build_parser", "console", "main", "parse_overrides"]
+
+# Commands that never load a model: they do not start Keras.
+_WITHOUT_KERAS = ("prepare",)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line `argv` (default: `sys.argv[1:]`); the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # `keras-transformer` alone trains the default.
+        args = parser.parse_args(["train", *(argv or [])])
+    try:
+        _start_keras(args.command)
+        from keras_transformer.cli.commands import RUNS
+
+        return RUNS[args.command](args)
+    except (ValueError, OSError, RuntimeError, ImportError) as error:
+        print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _start_keras(command: str) -> None:
+    """Register the model's classes with Keras (the command line defers it
+    from the package's import), the compilation caches, and a word about
+    GPUs the backend does not use."""
+    if command in _WITHOUT_KERAS:
+        return
+    from keras_transformer.registry import register_keras_objects
+
+    register_keras_objects()
+    if command in ("train", "translate", "evaluate", "serve"):
+        from keras_transformer.decoding.compile import enable_compilation_cache
+
+        enable_compilation_cache()
+    if command in ("translate", "evaluate", "serve"):  # train: distribution
+        from keras_transformer.training.accelerators import warn_if_gpus_unused
+
+        warn_if_gpus_unused()
+
+
+def console() -> int:
+    """The `keras-transformer` command (and `python -m keras_transformer`)."""
+    quiet_native_start_up()
+    return main()

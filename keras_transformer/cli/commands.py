@@ -1,0 +1,318 @@
+"""What each `keras-transformer` command does, once its flags are parsed.
+
+Each command imports what it needs when it runs, so one command never
+loads another's libraries (`translate` no training code, `evaluate --hyp`
+no model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+from keras_transformer.cli.parser import parse_overrides
+from keras_transformer.config import TransformerConfig
+from keras_transformer.utils.console import EXIT_INTERRUPTED, EXIT_WRITE_FAILED
+from keras_transformer.utils.setting_fields import flag_name
+
+
+def _files_spec(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
+    files = {}
+    for split in ("train", "valid", "test"):
+        src, tgt, tsv = (getattr(args, f"{split}_{k}") for k in ("src", "tgt", "tsv"))
+        if tsv and (src or tgt):
+            raise ValueError(
+                f"--{split}-tsv and --{split}-src/--{split}-tgt both give the "
+                f"{split} pairs: pass one or the other."
+            )
+        if tsv:
+            files[split] = (tsv,)
+        elif src or tgt:
+            if not (src and tgt):
+                raise ValueError(f"--{split}-src and --{split}-tgt go together.")
+            files[split] = (src, tgt)
+    return files
+
+
+def _dataset_spec(args: argparse.Namespace):
+    from keras_transformer.data.datasets import DatasetSpec
+
+    return DatasetSpec(
+        name=args.dataset,
+        builtin_size=args.builtin_size,
+        data_dir=args.data_dir,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        files=_files_spec(args),
+        lenient_utf8=args.lenient_utf8,
+    )
+
+
+def _setting_values(args: argparse.Namespace, settings) -> dict[str, Any]:
+    """The flags' values of the dataclass `settings`'s fields."""
+    return {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(settings)
+        if field.metadata.get("flag", True)
+    }
+
+
+def _train_options(args: argparse.Namespace):
+    from keras_transformer.training.options import TrainOptions
+
+    return TrainOptions(
+        overrides=parse_overrides(args.overrides),
+        data=_dataset_spec(args),
+        **_setting_values(args, TrainOptions),
+    )
+
+
+def _check_cpu_devices(count: int) -> None:
+    """Refuse more simulated devices than cores. Each device runs its step
+    on its own threads and every step ends in an all-reduce that waits for
+    the slowest: oversubscribed, one step took over 10 minutes (64 devices
+    on 2 cores) and a SIGTERM as long to take effect. Capping instead would
+    change the replica count, and so the batches, behind the user's back."""
+    from keras_transformer.data.block_encoding import available_cores
+
+    cores = available_cores()
+    if count > cores:
+        raise ValueError(
+            f"--cpu-devices {count}: this machine has {cores} CPU core(s) for "
+            f"this process; each simulated device needs a core of its own. "
+            f"Use at most --cpu-devices {cores}."
+        )
+
+
+def _train(args: argparse.Namespace) -> int:
+    from keras_transformer import training
+
+    # Every check that needs no data, before the devices or data are touched.
+    options = _train_options(args)
+    TransformerConfig.preset(options.preset, **options.overrides)
+    if args.cpu_devices:
+        from keras_transformer.training.distribution import simulate_cpu_devices
+
+        _check_cpu_devices(args.cpu_devices)
+        simulate_cpu_devices(args.cpu_devices)
+    try:
+        training.train(options)
+    except training.TrainingInterrupted as stop:
+        print(f"keras-transformer train: {stop}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except training.TrainingDiverged as error:
+        print(f"keras-transformer train: error: {error}", file=sys.stderr)
+        return 1
+    except (training.RunWriteError, training.StoreWriteError) as error:
+        print(f"keras-transformer train: error: {error}", file=sys.stderr)
+        return EXIT_WRITE_FAILED
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from keras_transformer.data.prepare import prepare_store
+    from keras_transformer.data.store_options import PrepareOptions
+    from keras_transformer.data.token_store import StoreWriteError
+
+    options = PrepareOptions(
+        data=_dataset_spec(args), **_setting_values(args, PrepareOptions)
+    )
+    try:
+        store = prepare_store(options)
+    except StoreWriteError as error:
+        print(f"keras-transformer prepare: error: {error}", file=sys.stderr)
+        return EXIT_WRITE_FAILED
+    print(f"train on it with: keras-transformer train --dataset store:{store.path}")
+    return 0
+
+
+def _run(args: argparse.Namespace):
+    from keras_transformer.run.directory import RunDirectory
+
+    if not args.run_dir:
+        raise ValueError(f"{args.command} needs --run-dir (a trained run).")
+    return RunDirectory(args.run_dir)
+
+
+def _search_settings(args: argparse.Namespace):
+    from keras_transformer.decoding.settings import SearchSettings
+
+    names = (field.name for field in dataclasses.fields(SearchSettings))
+    return SearchSettings(**{name: getattr(args, name) for name in names})
+
+
+def _translator(args: argparse.Namespace):
+    from keras_transformer.decoding.translator import Translator
+
+    settings = _search_settings(args)  # Refused before the model loads.
+    run = _run(args).open_for_inference(args.model)
+    return Translator(run.model, run.tokenizer, settings)
+
+
+def _read_lines(path: str, args: argparse.Namespace) -> list[str]:
+    from keras_transformer.data.text_files import read_text_lines
+
+    return read_text_lines(path, lenient_utf8=args.lenient_utf8)
+
+
+def _read_stdin(args: argparse.Namespace) -> list[str]:
+    """Standard input with the checks a file gets (UTF-8, NUL bytes), its
+    messages naming <stdin>, its line and byte."""
+    from keras_transformer.data.text_files import decode_text_lines
+
+    return decode_text_lines(sys.stdin.buffer.read(), lenient_utf8=args.lenient_utf8)
+
+
+def _translate(args: argparse.Namespace) -> int:
+    lines = _read_lines(args.input, args) if args.input else _read_stdin(args)
+    from keras_transformer.data.text_files import lines_text
+
+    sys.stdout.write(lines_text(_translator(args)(lines), "<stdout>"))
+    return 0
+
+
+def _refuse_with_hyp(args: argparse.Namespace) -> None:
+    """`evaluate --hyp` translates nothing: a flag for translating would be
+    ignored without a word, so it is an error."""
+    # --run-dir alone is harmless: it may name the run the file came from.
+    given = [flag for flag in ("src", "model") if getattr(args, flag)]
+    settings = _search_settings(args)
+    given += [
+        field.name
+        for field in dataclasses.fields(settings)
+        if getattr(settings, field.name) != field.default
+    ]
+    if given:
+        raise ValueError(
+            f"{', '.join(flag_name(name) for name in given)} cannot be used with "
+            "--hyp, which scores a file of translations without translating "
+            "anything. Pass --src and --run-dir to translate, or drop them."
+        )
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from keras_transformer.decoding.evaluation import corpus_scores, paper_bleu
+
+    references = _read_lines(args.ref, args)
+    if args.hyp:
+        _refuse_with_hyp(args)
+        hypotheses = _read_lines(args.hyp, args)
+    else:
+        if not args.src:
+            raise ValueError("evaluate needs --src (to translate) or --hyp.")
+        sources = _read_lines(args.src, args)
+        if len(sources) != len(references):
+            raise ValueError(
+                f"{args.src} has {len(sources)} lines but {args.ref} has "
+                f"{len(references)}: they must match line for line."
+            )
+        hypotheses = _translator(args)(sources)
+    if args.output:
+        from keras_transformer.data.text_files import lines_text
+
+        text = lines_text(hypotheses, args.output)
+        Path(args.output).write_text(text, encoding="utf-8")
+    print(corpus_scores(hypotheses, references))
+    if args.paper_bleu:
+        print(
+            f"{paper_bleu(hypotheses, references):.2f} "
+            "tokenized BLEU with compound splitting (paper convention; "
+            "NOT sacreBLEU, not comparable to it)"
+        )
+    return 0
+
+
+def _average(args: argparse.Namespace) -> int:
+    from keras_transformer.run.averaging import average_checkpoints
+
+    run = _run(args)
+    checkpoints = run.checkpoints()
+    if len(checkpoints) < args.last:
+        raise ValueError(
+            f"--last {args.last}: only {len(checkpoints)} checkpoints in "
+            f"{run.checkpoint_dir}."
+        )
+    chosen = [checkpoint.path for checkpoint in checkpoints[-args.last :]]
+    output = Path(args.output or run.path / f"averaged-last-{args.last}.keras")
+    average_checkpoints(chosen).save(output)
+    print(f"averaged {', '.join(p.name for p in chosen)} -> {output}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    settings = _search_settings(args)
+    if args.format == "ctranslate2":
+        from keras_transformer.export import export_ctranslate2
+        from keras_transformer.export.options import DEFAULT_MAX_POSITIONS
+
+        path = export_ctranslate2(
+            args.run_dir,
+            args.out,
+            settings,
+            model=args.model,
+            quantization=args.quantization,
+            max_positions=args.max_positions or DEFAULT_MAX_POSITIONS,
+        )
+        print(
+            f"CTranslate2 model written to {path} (how to call it: {path}/export.json)"
+        )
+        return 0
+    for flag, value in (
+        ("--quantization", args.quantization),
+        ("--max-positions", args.max_positions),
+    ):
+        if value is not None:
+            raise ValueError(f"{flag} applies to --format ctranslate2 only.")
+    from keras_transformer.export import export_translator
+
+    path = export_translator(args.run_dir, args.out, settings, model=args.model)
+    print(f"SavedModel written to {path} (signatures: see {path}/assets/export.json)")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from keras_transformer.serving.options import ServeOptions
+    from keras_transformer.serving.server import serve
+
+    names = (field.name for field in dataclasses.fields(ServeOptions))
+    options = ServeOptions(**{name: getattr(args, name) for name in names})
+    return serve(
+        run_dir=args.run_dir,
+        engine=args.engine,
+        settings=_search_settings(args),
+        options=options,
+        host=args.host,
+        port=args.port,
+        allow_remote=args.allow_remote,
+        model=args.model,
+        export_dir=args.export_dir,
+        access_log=args.access_log,
+    )
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from keras_transformer.model import build_transformer
+
+    for name in args.presets:
+        config = TransformerConfig.preset(name, vocab_size=args.vocab_size)
+        model = build_transformer(config)
+        if args.verbose:
+            model.summary()
+        print(f"{name}: {model.count_params():,} parameters (vocab {args.vocab_size})")
+    return 0
+
+
+#: The function of each command of `parser.COMMANDS`.
+RUNS = {
+    "train": _train,
+    "prepare": _prepare,
+    "translate": _translate,
+    "evaluate": _evaluate,
+    "summary": _summary,
+    "average": _average,
+    "export": _export,
+    "serve": _serve,
+}

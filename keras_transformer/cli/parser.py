@@ -1,0 +1,400 @@
+"""The `keras-transformer` parser: every command and flag, from their settings.
+
+Light: `--help` starts no Keras.
+
+`train`'s flags come from `TrainOptions`, `prepare`'s from `PrepareOptions`,
+the search flags of `translate`, `evaluate`, `export` and `serve` from
+`SearchSettings`, `serve`'s own from `ServeOptions`: each field's help,
+default, range and choices (`utils.setting_fields`) become its flag, so a
+default cannot drift between Python and the command line. The CLI reference
+of the documentation is generated from this parser too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any
+
+from keras_transformer.config import TransformerConfig, field_names
+from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
+from keras_transformer.utils.setting_fields import flag_name
+
+DESCRIPTION = """The `keras-transformer` command line: prepare, train, translate,
+evaluate, average, export, serve, summary.
+
+keras-transformer train                      # tiny model, built-in corpus
+keras-transformer train --dataset multi30k --data-dir DIR --preset small
+keras-transformer prepare --dataset files --train-src S --train-tgt T --out DIR
+keras-transformer train --dataset store:DIR  # a prepared store
+keras-transformer translate --run-dir R < input.en > output.de
+keras-transformer evaluate --run-dir R --src test.en --ref test.de
+keras-transformer average --run-dir R --last 5
+keras-transformer serve --run-dir R          # http://127.0.0.1:8080/
+
+Exit status: 0 done; 1 training diverged (NaN or Inf loss; the message names
+the step); 2 bad input or settings, or a run directory in use by another
+`train` (nothing was trained); 74 a file of the run or of a store could not
+be written, a full disk (the message names the file; the earlier
+checkpoints are intact, and nothing of a new store is kept: free space and
+run it again); 75 training was stopped by SIGTERM or Ctrl-C after saving a
+checkpoint: run it again to resume.
+"""
+
+_FALSE, _TRUE = {"false", "0", "no", "off"}, {"true", "1", "yes", "on"}
+
+
+TRAIN_HELP = """Train a Transformer, or resume the run in --run-dir.
+
+Running the same command again after an interruption (SIGTERM, Ctrl-C, a
+crash) resumes exactly: weights, optimizer, step, learning rate, dropout RNG
+and data position. A run directory holding a run with other settings is
+refused before anything is touched; --overwrite moves it aside first.
+"""
+
+
+PREPARE_HELP = """Read a corpus once and write a token store that train reads
+through a memory map (--dataset store:DIR): the joint tokenizer, learned from
+a seeded sample, and every pair's token ids in flat files, written by
+--workers processes into a staging directory and renamed into place when
+whole. Running it again on the same inputs and settings reuses the store.
+Bad input (unequal line counts, invalid UTF-8, NUL bytes, an empty training
+set) is an error naming the file and line; empty and over-long training
+pairs are dropped and reported with their line numbers.
+"""
+
+
+def _convert(name: str, text: str, kind: Any) -> Any:
+    """Parse `text` as the type of TransformerConfig field `name`."""
+    args = typing.get_args(kind)
+    if args and type(None) in args:  # Optional[...]
+        if text.lower() in {"none", "null"}:
+            return None
+        kind = next(a for a in args if a is not type(None))
+    try:
+        if kind is bool:
+            if text.lower() in _TRUE | _FALSE:
+                return text.lower() in _TRUE
+            raise ValueError
+        return kind(text)
+    except ValueError:
+        raise ValueError(
+            f"--set {name}={text}: expected a value of type {kind.__name__}."
+        ) from None
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`["d_model=256", "norm_first=true"]` -> typed TransformerConfig fields."""
+    hints = typing.get_type_hints(TransformerConfig)
+    overrides = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep:
+            raise ValueError(f"--set expects key=value. Received: --set {item!r}")
+        if name not in hints:
+            raise ValueError(
+                f"--set {name}: unknown key. Valid keys: {', '.join(field_names())}."
+            )
+        overrides[name] = _convert(name, text.strip(), hints[name])
+    return overrides
+
+
+def _at_least(minimum: float, kind=int, maximum: float | None = None):
+    """argparse type: a number >= minimum (and <= maximum, if given), with an
+    error naming the bound."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {text}")
+        return value
+
+    parse.bounds = (minimum, maximum)  # For the CLI reference.
+    return parse
+
+
+def _add_option(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+    """A `train` flag made from a TrainOptions field (one source of truth)."""
+    meta = field.metadata
+    flag = flag_name(field.name)
+    if field.type == "bool":
+        parser.add_argument(flag, action="store_true", help=meta["help"])
+        return
+    kind = float if field.type.startswith("float") else int
+    if meta.get("choices") is not None:
+        kind = str
+    if kind is not str and meta.get("minimum") is not None:
+        kind = _at_least(meta["minimum"], kind)
+    if field.type.startswith("str") and meta.get("choices") is None:
+        kind = str
+    default = field.default
+    action = parser.add_argument(
+        flag,
+        type=kind,
+        default=default,
+        choices=None if meta.get("choices") is None else list(meta["choices"]),
+        help=f"{meta['help']} (default: {default})",
+    )
+    action.setting = field  # For the CLI reference: the whole range.
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser, settings) -> None:
+    """A flag for each field of the dataclass `settings` that has one."""
+    for field in dataclasses.fields(settings):
+        if field.metadata.get("flag", True):
+            _add_option(parser, field)
+
+
+def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    from keras_transformer.training.options import TrainOptions
+
+    _add_setting_flags(parser, TrainOptions)
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a TransformerConfig field, e.g. --set d_model=256 "
+        "(repeatable; the valid keys are listed on a bad one)",
+    )
+    parser.add_argument(
+        "--cpu-devices",
+        type=_at_least(1),
+        help="split the host CPU into N devices (simulates N accelerators "
+        "for --distribute on a laptop or in tests)",
+    )
+    _add_data_arguments(parser, store=True)
+
+
+def _add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
+    from keras_transformer.data.store_options import PrepareOptions
+
+    _add_setting_flags(parser, PrepareOptions)
+    _add_data_arguments(parser, store=False)
+
+
+def _add_data_arguments(parser: argparse.ArgumentParser, *, store: bool) -> None:
+    from keras_transformer.data.datasets import DatasetSpec
+
+    data = parser.add_argument_group("data")
+    spec = DatasetSpec()
+    names = "builtin (generated offline) | multi30k | files | tfds:NAME"
+    if store:
+        names += " | store:DIR (made by keras-transformer prepare)"
+    data.add_argument(
+        "--dataset", default=spec.name, help=f"{names} (default: {spec.name})"
+    )
+    data.add_argument(
+        "--data-dir",
+        help="multi30k: a local directory holding its files; tfds:NAME: the "
+        "TFDS data directory",
+    )
+    for split in ("train", "valid", "test"):
+        data.add_argument(f"--{split}-src", help=f"files: {split} source text")
+        data.add_argument(f"--{split}-tgt", help=f"files: {split} target text")
+        data.add_argument(f"--{split}-tsv", help=f"files: {split} pairs as TSV")
+    data.add_argument("--source-lang", help="multi30k / tfds source language")
+    data.add_argument("--target-lang", help="multi30k / tfds target language")
+    data.add_argument(
+        "--lenient-utf8",
+        action="store_true",
+        help="replace invalid UTF-8 with U+FFFD (counted) instead of failing",
+    )
+    data.add_argument(
+        "--builtin-size",
+        type=_at_least(40),
+        default=spec.builtin_size,
+        help=f"builtin: training pairs to generate (default: {spec.builtin_size})",
+    )
+
+
+def _add_decoding_arguments(parser: argparse.ArgumentParser, required=True) -> None:
+    from keras_transformer.decoding.settings import SearchSettings
+
+    parser.add_argument(
+        "--run-dir", required=required, help="the trained run directory"
+    )
+    parser.add_argument(
+        "--model",
+        help="a .keras file (default: RUN_DIR/model.keras, else its newest checkpoint)",
+    )
+    for field in dataclasses.fields(SearchSettings):
+        _add_option(parser, field)
+
+
+def _add_lenient_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lenient-utf8",
+        action="store_true",
+        help="replace invalid UTF-8 with U+FFFD (counted) instead of failing",
+    )
+
+
+def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from keras_transformer.serving.options import ServeOptions
+    from keras_transformer.serving.server import DEFAULT_HOST, DEFAULT_PORT
+
+    _add_decoding_arguments(parser)  # The search flags: a request's defaults.
+    parser.add_argument(
+        "--engine",
+        choices=("keras", "ctranslate2", "savedmodel"),
+        default="keras",
+        help="keras (the run's model, attention plots), ctranslate2 or "
+        "savedmodel (an export: --export-dir, or made at start-up) "
+        "(default: keras)",
+    )
+    parser.add_argument(
+        "--export-dir",
+        help="ctranslate2 / savedmodel: an existing export of the run "
+        "(default: export it to a temporary directory at start-up)",
+    )
+    parser.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default: {DEFAULT_HOST}, this machine "
+        "only; any other needs --allow-remote)",
+    )
+    parser.add_argument(
+        "--port",
+        type=_at_least(0, maximum=65535),  # A larger one wraps around silently.
+        default=DEFAULT_PORT,
+        help=f"port (0: a free one, printed at start) (default: {DEFAULT_PORT})",
+    )
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --host reachable from other machines (no authentication, "
+        "no TLS: put it behind your own proxy)",
+    )
+    parser.add_argument(
+        "--access-log", action="store_true", help="log every request (uvicorn's)"
+    )
+    for field in dataclasses.fields(ServeOptions):
+        _add_option(parser, field)
+
+
+def _add_translate_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_decoding_arguments(parser)
+    parser.add_argument("--input", help="file to translate (default: stdin)")
+    _add_lenient_argument(parser)
+
+
+def _add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_decoding_arguments(parser, required=False)
+    _add_lenient_argument(parser)
+    parser.add_argument("--src", help="source file to translate (needs --run-dir)")
+    parser.add_argument(
+        "--hyp", help="score this file of translations instead (no model needed)"
+    )
+    parser.add_argument("--ref", required=True, help="reference translations")
+    parser.add_argument("--output", help="write the hypotheses here")
+    parser.add_argument(
+        "--paper-bleu",
+        action="store_true",
+        help="also print tokenized, compound-split BLEU (not sacreBLEU)",
+    )
+
+
+def _add_average_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run-dir", required=True, help="the trained run directory")
+    parser.add_argument(
+        "--last",
+        type=_at_least(1),
+        default=5,
+        help="how many of the newest checkpoints (default: 5)",
+    )
+    parser.add_argument("--output", help="default: RUN_DIR/averaged-last-N.keras")
+
+
+def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_decoding_arguments(parser)
+    parser.add_argument(
+        "--out", required=True, help="the directory to create (must not exist)"
+    )
+    parser.add_argument(
+        "--format",
+        choices=("savedmodel", "ctranslate2"),
+        default="savedmodel",
+        help="savedmodel (TensorFlow serving, search inside) or ctranslate2 "
+        "(weights for CTranslate2; the search settings are recorded in "
+        "export.json) (default: savedmodel)",
+    )
+    parser.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        help="CTranslate2 weight type (default: float32)",
+    )
+    parser.add_argument(
+        "--max-positions",
+        type=_at_least(1),
+        help="CTranslate2: rows of the sinusoidal position table, the longest "
+        f"source or output it can encode (default: {DEFAULT_MAX_POSITIONS})",
+    )
+
+
+def _add_summary_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("presets", nargs="*", default=["tiny", "base", "big"])
+    parser.add_argument(
+        "--vocab-size", type=_at_least(1), default=37000, help="(default: 37000)"
+    )
+    parser.add_argument("--verbose", action="store_true", help="print the layers")
+
+
+#: Each command: its one-line help, its description (or None) and the
+#: function that adds its flags, in the order `--help` lists them.
+COMMANDS = {
+    "train": (
+        "train a model (or resume an interrupted run)",
+        TRAIN_HELP,
+        _add_train_arguments,
+    ),
+    "prepare": (
+        "read a corpus once into a token store that train memory-maps",
+        PREPARE_HELP,
+        _add_prepare_arguments,
+    ),
+    "translate": ("translate lines", None, _add_translate_arguments),
+    "evaluate": ("translate and score", None, _add_evaluate_arguments),
+    "average": ("average the last checkpoints", None, _add_average_arguments),
+    "export": (
+        "export a text-in, text-out TensorFlow SavedModel, or a CTranslate2 model",
+        None,
+        _add_export_arguments,
+    ),
+    "serve": (
+        "serve translations over HTTP (API, demo page, dynamic batching)",
+        None,
+        _add_serve_arguments,
+    ),
+    "summary": ("print preset sizes", None, _add_summary_arguments),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: every command with its flags."""
+    parser = argparse.ArgumentParser(
+        prog="keras-transformer",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command")
+    for name, (summary, description, add_arguments) in COMMANDS.items():
+        add_arguments(
+            commands.add_parser(
+                name,
+                help=summary,
+                description=description,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+        )
+    return parser

@@ -1,0 +1,87 @@
+"""The model of a training run: its configuration, built and compiled.
+
+Compiled with the paper's optimizer, schedule and label-smoothed loss, under
+the run's precision and distribution.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import keras
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.metrics import (
+    MaskedTokenAccuracy,
+    TokenCrossEntropy,
+    TokenPerplexity,
+)
+from keras_transformer.model import build_transformer
+from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
+from keras_transformer.training.distribution import DistributionPlan
+from keras_transformer.training.options import TrainOptions
+
+
+def model_config(options: TrainOptions, tokenizer) -> TransformerConfig:
+    """The preset with the overrides and the tokenizer's vocabulary size
+    (`TrainOptions` refuses an override of it: the tokenizer owns it)."""
+    return TransformerConfig.preset(
+        options.preset, **{**options.overrides, "vocab_size": tokenizer.vocab_size}
+    )
+
+
+def compile_model(
+    model: keras.Model,
+    config: TransformerConfig,
+    options: TrainOptions,
+    **compile_options: Any,
+) -> None:
+    """Adam with the warmup schedule, the label-smoothed loss, per-token
+    metrics (`loss` is reported per token; see `Transformer`).
+
+    `compile_options` go to `model.compile` (for example `jit_compile=True`
+    for XLA on TensorFlow, or `metrics=None` for the loss alone)."""
+    schedule = TransformerSchedule(
+        config.d_model, config.warmup_steps, scale=options.learning_rate_scale
+    )
+    compile_options.setdefault(
+        "metrics",
+        [
+            TokenCrossEntropy(config.label_smoothing),
+            TokenPerplexity(),
+            MaskedTokenAccuracy(),
+        ],
+    )
+    model.compile(
+        optimizer=transformer_optimizer(
+            schedule, gradient_accumulation_steps=options.accumulation_steps
+        ),
+        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
+        **compile_options,
+    )
+
+
+def build_model(
+    options: TrainOptions,
+    config: TransformerConfig,
+    plan: DistributionPlan | None = None,
+) -> keras.Model:
+    """Build and compile the model under the options' precision and the
+    plan's distribution (set up the plan first)."""
+    plan = plan or DistributionPlan("none")
+    with dtype_policy(options.precision), plan.scope():
+        model = build_transformer(config)
+        compile_model(model, config, options)
+    return model
+
+
+@contextlib.contextmanager
+def dtype_policy(name: str):
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)

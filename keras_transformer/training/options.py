@@ -1,0 +1,130 @@
+"""`TrainOptions`: every setting of `train`, its default, range and help text.
+
+The one place they live: `train()` takes a `TrainOptions`, and the CLI's
+flags are made from its fields (`tokens_per_batch` is `--tokens-per-batch`),
+so defaults cannot drift apart. The settings it shares with `prepare` (the
+tokenizer, its vocabulary, the length filter) are made by
+`data.store_options`, their one owner. Light to import: the command line
+reads it before Keras starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from keras_transformer.config import PRESETS
+from keras_transformer.data.datasets import DatasetSpec
+from keras_transformer.data.store_options import (
+    max_length_setting,
+    tokenizer_setting,
+    vocab_size_setting,
+)
+from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.utils.setting_fields import check_setting, setting
+
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+DISTRIBUTE_MODES = ("auto", "none", "mirrored", "multiworker")
+
+
+# The fields that the tokenizer's vocabulary decides, not `--set`: the joint
+# tokenizer gives source and target one vocabulary of --vocab-size pieces.
+TOKENIZER_OWNED_FIELDS = ("vocab_size", "target_vocab_size")
+
+
+@dataclasses.dataclass
+class TrainOptions:
+    """Settings of one training run (the model itself is `TransformerConfig`).
+
+    Each field's help text, range and choices are in its metadata; the CLI
+    flag is the field name with dashes (`tokens_per_batch` is
+    `--tokens-per-batch`).
+    """
+
+    run_dir: str = setting(
+        "runs/builtin-tiny",
+        "directory of the run: created, resumed if it holds the same run, "
+        "refused otherwise (see --overwrite)",
+    )
+    preset: str = setting("tiny", "model size (Table 3 presets)", choices=PRESETS)
+    overrides: dict[str, Any] = setting({}, "TransformerConfig fields", flag=False)
+    data: DatasetSpec = setting(DatasetSpec(), "the corpus", flag=False)
+    tokenizer: str = tokenizer_setting()
+    vocab_size: int = vocab_size_setting()
+    tokens_per_batch: int = setting(
+        2048, "padded target tokens per optimizer batch (all devices)", minimum=1
+    )
+    accumulation_steps: int = setting(
+        1, "batches per optimizer update (gradient accumulation)", minimum=1
+    )
+    max_length: int = max_length_setting()
+    epochs: int = setting(1000, "stop after this many passes over the data", minimum=1)
+    max_steps: int | None = setting(
+        None, "stop after this many optimizer updates in all", minimum=1
+    )
+    max_minutes: float | None = setting(
+        None,
+        "stop after this much training time in this process",
+        minimum=0,
+        strict=True,
+    )
+    learning_rate_scale: float = setting(
+        1.0, "multiplier of the paper's learning-rate schedule", minimum=0, strict=True
+    )
+    # Below 2**32: NumPy's and the backends' seeds are 32-bit.
+    seed: int = setting(
+        0,
+        "seed of initialisation, dropout and shuffling",
+        minimum=0,
+        maximum=2**32 - 1,
+    )
+    eval_every: int = setting(
+        500, "dev-subset BLEU every N updates (0: never)", minimum=0
+    )
+    dev_subset: int = setting(100, "dev sentences for that BLEU", minimum=1)
+    checkpoint_every: int = setting(
+        500, "checkpoint every N updates (0: only at the end)", minimum=0
+    )
+    keep_checkpoints: int = setting(5, "checkpoints to keep (the last K)", minimum=1)
+    test_batch_size: int = setting(64, "sentences per decoding batch", minimum=1)
+    beam_size: int = setting(
+        SearchSettings().beam_size, "beam size of the final test score", minimum=1
+    )
+    distribute: str = setting(
+        "auto", "data-parallel training (see README)", choices=DISTRIBUTE_MODES
+    )
+    precision: str = setting(
+        "float32", "dtype policy; mixed_float16 adds loss scaling", choices=PRECISIONS
+    )
+    overwrite: bool = setting(
+        False, "move an existing run directory aside and start afresh"
+    )
+    verbose: str = setting(
+        "auto",
+        "fit output: 1 a progress bar, 2 a line per epoch, 0 none; auto: 1 on a "
+        "terminal, else 2",
+        choices=("auto", "0", "1", "2"),
+    )
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            check_setting(field, getattr(self, field.name))
+        _check_overrides(self.overrides, self.vocab_size)
+        if self.precision == "mixed_float16" and self.accumulation_steps > 1:
+            raise ValueError(
+                "--precision mixed_float16 with --accumulation-steps > 1 is not "
+                "supported: a batch skipped for overflow would shift the "
+                "updates. Use mixed_bfloat16, or no accumulation."
+            )
+
+
+def _check_overrides(overrides: dict[str, Any], vocab_size: int) -> None:
+    """Refuse `--set` of a value the tokenizer decides (one owner)."""
+    for name in TOKENIZER_OWNED_FIELDS:
+        if overrides.get(name) is not None:
+            raise ValueError(
+                f"--set {name}={overrides[name]} (overrides[{name!r}]): the "
+                "tokenizer decides the vocabulary size, one joint vocabulary "
+                f"for source and target; set --vocab-size (vocab_size="
+                f"{vocab_size} now) instead, and drop the --set."
+            )

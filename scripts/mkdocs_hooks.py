@@ -1,0 +1,34 @@
+"""mkdocs hooks of the documentation site (mkdocs.yml, `hooks:`).
+
+The "Command line" page (docs/cli.md) holds a marker that becomes the
+reference `keras_transformer.cli.reference` generates from the parser, so
+the page cannot drift from the flags. The docs environment has no Keras
+backend, and the package's `__init__` registers the model with Keras: the
+parser and its settings need neither, so they are imported here without the
+package's `__init__` (which also proves that `--help` starts no Keras).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKER = "<!-- the command-line reference is generated here -->"
+
+
+def _cli_reference() -> str:
+    if "keras_transformer" not in sys.modules:
+        package = types.ModuleType("keras_transformer")
+        package.__path__ = [str(ROOT / "keras_transformer")]
+        sys.modules["keras_transformer"] = package
+    from keras_transformer.cli.reference import markdown
+
+    return markdown()
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    if MARKER not in markdown:
+        return markdown
+    return markdown.replace(MARKER, _cli_reference())

@@ -1,0 +1,49 @@
+"""The Python snippets of the README and of the documentation (docs/*.md)
+run as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _snippets() -> list[tuple[str, str]]:
+    """(where, code) of every ```python block, `where` naming page and block."""
+    found = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        blocks = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
+        name = page.relative_to(ROOT).as_posix()
+        found += [(f"{name} snippet {i + 1}", code) for i, code in enumerate(blocks)]
+    return found
+
+
+ALL_SNIPPETS = _snippets()
+# These need an exported model: tests/export/test_savedmodel.py runs them.
+SERVING_SNIPPETS = [code for _, code in ALL_SNIPPETS if "tf.saved_model.load" in code]
+CTRANSLATE2_SNIPPETS = [
+    code for _, code in ALL_SNIPPETS if "import ctranslate2" in code
+]
+SNIPPETS = [
+    (where, code)
+    for where, code in ALL_SNIPPETS
+    if code not in SERVING_SNIPPETS + CTRANSLATE2_SNIPPETS
+]
+
+
+def test_readme_and_docs_have_python_snippets():
+    readme = [where for where, _ in SNIPPETS if where.startswith("README.md")]
+    assert readme, "the README's Python quick start is a snippet that runs"
+    assert len(SNIPPETS) >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, code", SNIPPETS, ids=[w for w, _ in SNIPPETS])
+def test_snippet_runs(where, code, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # Whatever a snippet writes lands here.
+    exec(compile(code, where, "exec"), {"__name__": "__docs__"})
