@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU, both backends: `base` in bfloat16 with XLA at ~25,000 target tokens
 # per step (training step time, tok/s, MFU vs the bf16 dense peak) and cached
-# beam-4 decoding (sentences/s). For a GPU machine only (see DEVELOPERS.md);
+# beam-4 decoding (sentences/s). For a GPU machine only (see docs/benchmarking.md);
 # CI never runs it. Extra arguments go to benchmarks/gpu_benchmark.py.
 #   bash benchmarks/gpu.sh [--peak-tflops 989] [--tokens-per-step 25000]
 # Each backend runs in its own environment with its NVIDIA GPU build:

@@ -109,8 +109,8 @@ def main() -> None:
     if device is None and not args.allow_cpu:
         sys.exit(
             f"No GPU is visible to the {keras.backend.backend()} backend. This "
-            "benchmark is for a GPU machine (see DEVELOPERS.md); pass --allow-cpu "
-            "for a smoke run."
+            "benchmark is for a GPU machine (see docs/benchmarking.md); pass "
+            "--allow-cpu for a smoke run."
         )
     config = TransformerConfig.preset(args.preset, vocab_size=args.vocab_size)
     result = train(args, config)

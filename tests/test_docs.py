@@ -29,17 +29,31 @@ SERVING_SNIPPETS = [code for _, code in ALL_SNIPPETS if "tf.saved_model.load" in
 CTRANSLATE2_SNIPPETS = [
     code for _, code in ALL_SNIPPETS if "import ctranslate2" in code
 ]
-SNIPPETS = [
-    (where, code)
-    for where, code in ALL_SNIPPETS
-    if code not in SERVING_SNIPPETS + CTRANSLATE2_SNIPPETS
-]
+# A block repeated word for word (the README's quick start is also the
+# quick start page's) runs once, under its first place.
+SNIPPETS = list(
+    {
+        code: (where, code)
+        for where, code in reversed(ALL_SNIPPETS)
+        if code not in SERVING_SNIPPETS + CTRANSLATE2_SNIPPETS
+    }.values()
+)[::-1]
 
 
 def test_readme_and_docs_have_python_snippets():
     readme = [where for where, _ in SNIPPETS if where.startswith("README.md")]
     assert readme, "the README's Python quick start is a snippet that runs"
     assert len(SNIPPETS) >= 3
+
+
+def test_readme_is_one_screen_and_its_links_resolve():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200, "the manual is the docs site"
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if "://" not in t]
+    assert local, "the README points into the documentation"
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README links to missing files: {missing}"
 
 
 @pytest.mark.slow

@@ -61,8 +61,7 @@ TORCH_UNSUPPORTED = (
     "devices). On torch, train on one device: --distribute auto or none (one "
     "GPU where the CUDA build of torch sees one). For several devices or "
     "machines use KERAS_BACKEND=jax or KERAS_BACKEND=tensorflow; a run's "
-    'checkpoints load on every backend (README, "Several devices and '
-    'machines").'
+    "checkpoints load on every backend (docs/distributed.md)."
 )
 
 

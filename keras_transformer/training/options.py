@@ -91,7 +91,7 @@ class TrainOptions:
         SearchSettings().beam_size, "beam size of the final test score", minimum=1
     )
     distribute: str = setting(
-        "auto", "data-parallel training (see README)", choices=DISTRIBUTE_MODES
+        "auto", "data-parallel training (docs/distributed.md)", choices=DISTRIBUTE_MODES
     )
     precision: str = setting(
         "float32", "dtype policy; mixed_float16 adds loss scaling", choices=PRECISIONS
