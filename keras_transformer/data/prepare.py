@@ -63,11 +63,13 @@ from keras_transformer.data.text_files import (
 from keras_transformer.data.token_store import (
     EVAL_SPLITS,
     FORMAT_VERSION,
+    MANIFEST,
     TOKENIZER_DIR,
     SplitWriter,
     StoreError,
     StoreWriteError,
     TokenStore,
+    holds_store_manifest,
     new_manifest,
     open_store,
     token_dtype,
@@ -229,11 +231,18 @@ def prepare_store(
         if store is not None:
             return store
         _remove_partials(inputs.out)
+        aside = _backup_path(inputs.out) if options.out is not None else None
         atomic_directory(
             inputs.out,
             lambda staging: _write_store(staging, inputs, options, log),
             replace=True,
+            set_aside_to=aside,
         )
+        if aside is not None and aside.exists():
+            log(
+                f"the store that was in {inputs.out} is now {aside}; delete it "
+                "when you no longer need it"
+            )
     store = open_store(inputs.out, check_sources=False)
     log(_summary(store, time.monotonic() - started))
     return store
@@ -261,6 +270,37 @@ def _remove_partials(out: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _backup_path(out: Path) -> Path:
+    """Where `--overwrite` moves the store it replaces (as `train
+    --overwrite` moves a run): `<out>.backup-<time>`, never an existing name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    backup, suffix = out.with_name(f"{out.name}.backup-{stamp}"), 1
+    while backup.exists():
+        suffix += 1
+        backup = out.with_name(f"{out.name}.backup-{stamp}-{suffix}")
+    return backup
+
+
+def _not_a_store(out: Path) -> StoreError:
+    """The refusal for a directory that holds something other than a store:
+    no flag replaces it (it may be a training run, or the user's files)."""
+    what = "no token store"
+    manifest = out / MANIFEST
+    if manifest.is_file():
+        try:
+            found = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            found = None
+        if isinstance(found, dict) and "run_id" in found:
+            what = "a training run, not a token store"
+        else:
+            what = f"no token store ({manifest} is not a store's manifest)"
+    return StoreError(
+        f"{out} is not empty and holds {what}; prepare will not write into it, "
+        "with or without --overwrite. Choose another --out."
+    )
+
+
 def _reusable(
     inputs: _Inputs, options: PrepareOptions, log: Callable[[str], None], verify: bool
 ) -> TokenStore | None:
@@ -273,11 +313,8 @@ def _reusable(
     try:
         store = open_store(out, check_sources=False, verify=verify)
     except StoreError as error:
-        if not (out / "manifest.json").exists():
-            raise StoreError(
-                f"{out} is not empty and holds no token store; prepare will not "
-                "write into it. Choose another --out."
-            ) from None
+        if not holds_store_manifest(out):
+            raise _not_a_store(out) from None
         if explicit and not options.overwrite:
             raise StoreError(
                 f"{error} Pass --overwrite to replace it with a new store."

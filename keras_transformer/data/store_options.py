@@ -78,7 +78,9 @@ class PrepareOptions:
         None, "encoding processes; none: one per core this process may use", minimum=1
     )
     overwrite: bool = setting(
-        False, "replace a store in --out made from other inputs or settings"
+        False,
+        "replace a store in --out made from other inputs or settings (the old "
+        "one is moved to OUT.backup-<time>); never anything but a store",
     )
 
     def __post_init__(self) -> None:

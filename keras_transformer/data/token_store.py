@@ -404,6 +404,17 @@ def open_store(
     return store
 
 
+def holds_store_manifest(path: Path) -> bool:
+    """Whether `path/manifest.json` names itself a token store's (however
+    damaged the rest): what `prepare --overwrite` may replace. A training
+    run's directory also holds a `manifest.json`, of another format."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
 def _read_manifest(path: Path) -> dict[str, Any]:
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():

@@ -64,13 +64,17 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) ->
 
 
 def atomic_directory(
-    out: str | os.PathLike, write: Callable[[Path], None], *, replace: bool = False
+    out: str | os.PathLike,
+    write: Callable[[Path], None],
+    *,
+    replace: bool = False,
+    set_aside_to: Path | None = None,
 ) -> None:
     """Call `write` on a staging directory beside `out`, then rename it to
     `out`; on any failure remove it, so `out` never holds a partial result.
     `out` must not exist, or be an empty directory; with `replace`, a
     directory there is swapped out once the new one is complete, then
-    removed."""
+    removed, or moved to `set_aside_to` when given."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(
@@ -80,10 +84,11 @@ def atomic_directory(
         write(staging)
         staging.chmod(0o755)  # mkdtemp's 0700 would hide it from a server user.
         if replace and out.exists() and any(out.iterdir()):
-            old = Path(f"{staging}-old")
+            old = set_aside_to or Path(f"{staging}-old")
             out.rename(old)
             staging.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
+            if set_aside_to is None:
+                shutil.rmtree(old, ignore_errors=True)
             return
         if out.exists():
             out.rmdir()  # Empty, or this raises and nothing is replaced.

@@ -25,6 +25,7 @@ from keras_transformer.data.token_store import (
     open_store,
 )
 from keras_transformer.data.tokenizer import train_tokenizer
+from keras_transformer.run.directory import RunDirectory
 from keras_transformer.training.options import TrainOptions
 from tests.data.helpers import install_fake_tfds, write
 from tests.helpers import write_training_corpus
@@ -311,12 +312,44 @@ def test_other_settings_into_the_same_out_are_refused_then_replaced(
         options_for(files, out, vocab_size=420, overwrite=True), log=quiet
     )
     assert replaced.vocab_size == 420 and replaced.path == out
+    # Moved aside, as `train --overwrite` moves a run: nothing is lost.
+    (backup,) = tmp_path.glob("store.backup-*")
+    assert open_store(backup, check_sources=False).fingerprint == store.fingerprint
     other = tmp_path / "mine"
     other.mkdir()
     (other / "notes.txt").write_text("keep me")
     with pytest.raises(StoreError, match="holds no token store"):
         prepare_store(options_for(files, other, overwrite=True), log=quiet)
     assert (other / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_training_run_is_never_replaced_by_a_store(corpus, tmp_path, overwrite):
+    files, _, _ = corpus
+    run_dir = tmp_path / "run"
+    RunDirectory(run_dir).create({"preset": "tiny"}, {})
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "ckpt-40.keras").write_bytes(b"weights")
+    (run_dir / "model.keras").write_bytes(b"model")
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    options = options_for(files, run_dir, overwrite=overwrite)
+    with pytest.raises(StoreError, match="holds a training run") as error:
+        prepare_store(options, log=quiet)
+    assert "Pass --overwrite" not in str(error.value)
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before
+    assert (run_dir / "model.keras").read_bytes() == b"model"
+    assert not list(tmp_path.glob("run.backup-*"))
+
+
+def test_a_foreign_manifest_is_refused_without_suggesting_overwrite(corpus, tmp_path):
+    files, _, _ = corpus
+    out = tmp_path / "other"
+    out.mkdir()
+    (out / "manifest.json").write_text('{"format": "something else"}')
+    with pytest.raises(StoreError, match="is not a store's manifest") as error:
+        prepare_store(options_for(files, out, overwrite=True), log=quiet)
+    assert "Pass --overwrite" not in str(error.value)
+    assert (out / "manifest.json").read_text() == '{"format": "something else"}'
 
 
 # --- bad input, found during the streaming passes ----------------------------------
