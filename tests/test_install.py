@@ -210,6 +210,19 @@ def test_command_line_prints_the_sentence_and_exits_2():
     assert "pip install 'keras-transformer[jax]'" in result.stderr
 
 
+@pytest.mark.parametrize("backend", ["mxnet", "numpy"])
+def test_a_backend_we_do_not_run_on_is_named_with_the_ones_we_do(backend):
+    result = _python(
+        "import keras_transformer", argv0="keras-transformer", KERAS_BACKEND=backend
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert f"KERAS_BACKEND={backend} is not a backend keras-transformer runs on" in (
+        result.stderr
+    )
+    assert "tensorflow, jax, torch" in result.stderr
+
+
 _EVERY_COMMAND = """
 import keras_transformer
 from keras_transformer import cli

@@ -110,15 +110,22 @@ def check_backend_installed() -> None:
     `No module named 'tensorflow'` (its default backend).
     """
     backend = configured_backend()
-    module = BACKEND_MODULES.get(backend)
-    if module is None or is_installed(module):
-        return  # Keras's own backends without an extra of ours, or present.
     chosen = (
         f"KERAS_BACKEND={backend}"
         if os.environ.get("KERAS_BACKEND")
         else f"Keras's backend is {backend} (its default: KERAS_BACKEND is not set)"
     )
     others = installed_backends()
+    module = BACKEND_MODULES.get(backend)
+    if module is None:  # numpy and openvino cannot train; anything else is no backend.
+        installed = ", ".join(others) or "none"
+        raise MissingExtraError(
+            f"{chosen} is not a backend keras-transformer runs on: set "
+            f"KERAS_BACKEND to one of {', '.join(BACKEND_MODULES)} "
+            f"(installed here: {installed})."
+        )
+    if is_installed(module):
+        return
     switch = (
         f", or use an installed backend: KERAS_BACKEND={others[0]}"
         if others
