@@ -23,6 +23,7 @@ import keras
 from keras_transformer.data.pipeline import DataPosition
 from keras_transformer.data.store_options import with_store_settings
 from keras_transformer.decoding.evaluation import BleuResult, evaluate_split
+from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.run import checkpoints
 from keras_transformer.run.checkpoints import RunWriteError
@@ -137,6 +138,11 @@ class _Job:
         )
         self.config = model_config(options, self.tokenizer)
         self._check_stored_config()
+        # The final test decode's beam: an impossible one is refused now, not
+        # after every step has been trained.
+        SearchSettings(beam_size=options.beam_size).check_vocabulary(
+            self.config.vocab_size
+        )
         self.data = store_batches(options, self.store, self.plan)
         self.model = build_model(options, self.config, plan)
         self.extra_callbacks = list(extra_callbacks)

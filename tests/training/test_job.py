@@ -420,6 +420,8 @@ def test_failed_train_leaves_no_run_and_the_corrected_command_trains(
         (dict(files=blank), "empty"),
         (dict(vocab_size=10), "too small"),
         (dict(max_length=2), "no training pairs left"),
+        # The final test decode's beam: refused before the first step, not after.
+        (dict(beam_size=100_000), "use a beam of at most"),
     ]
     for changes, message in failures:
         spec = options(run_dir, corpus_files).data
