@@ -69,8 +69,22 @@ def prepare_tokenizer(options: TrainOptions, splits: dict[str, Any]):
     )
 
 
-def _check_budget(tokens_per_batch: int, pairs: int, longest: int, origin: str) -> None:
-    """Refuse a batch budget that the training set cannot fill even once."""
+def _check_budget(
+    tokens_per_batch: int, pairs: int, longest: int, origin: str, replicas: int = 1
+) -> None:
+    """Refuse a batch budget that one padded pair per device already
+    exceeds (every batch would break it), or that the training set cannot
+    fill even once."""
+    smallest = longest * replicas
+    if tokens_per_batch < smallest:
+        devices = f" on each of {replicas} devices" if replicas > 1 else ""
+        raise ValueError(
+            f"--tokens-per-batch {tokens_per_batch:,} is less than one pair "
+            f"padded to --max-length {longest}{devices} ({smallest:,} tokens): "
+            "a batch holds at least that, so every batch of the longest pairs "
+            f"would exceed the budget. Use at least --tokens-per-batch {smallest} "
+            "(a few thousand is usual), or a smaller --max-length."
+        )
     capacity = pairs * longest
     if tokens_per_batch > capacity:
         raise ValueError(
@@ -136,7 +150,9 @@ def _batches(
         shard_index=plan.shard_index,
         num_shards=plan.num_shards,
     )
-    _check_budget(options.tokens_per_batch, len(train), buckets[-1], origin)
+    _check_budget(
+        options.tokens_per_batch, len(train), buckets[-1], origin, plan.num_replicas
+    )
     batches = BucketedBatches(
         pairs=train,
         seed=options.seed,

@@ -375,6 +375,22 @@ def test_a_budget_the_training_set_cannot_fill_is_refused_naming_flag_and_size(
     assert "at most --tokens-per-batch 512" in message
 
 
+@pytest.mark.parametrize("budget", [1, 31])
+def test_a_budget_under_one_padded_pair_is_refused_naming_the_least(budget):
+    # Every batch holds at least one pair: with 1 token per batch it trained
+    # one sentence per batch, over the budget, without a word.
+    splits = {"train": corpus([3, 5, 9, 12] * 4, "train")}
+    opts = TrainOptions(max_length=32, tokens_per_batch=budget)
+    with pytest.raises(ValueError) as info:
+        training.prepare_batches(opts, splits, WordTokenizer())
+    message = str(info.value)
+    assert f"--tokens-per-batch {budget} is less than one pair" in message
+    assert "--max-length 32" in message
+    assert "at least --tokens-per-batch 32" in message
+    exact = TrainOptions(max_length=32, tokens_per_batch=32)
+    assert len(training.prepare_batches(exact, splits, WordTokenizer()).train)
+
+
 def test_a_budget_the_training_set_just_fills_is_accepted():
     splits = {"train": corpus([3, 5, 9, 12] * 4, "train")}
     opts = TrainOptions(max_length=32, tokens_per_batch=512)
