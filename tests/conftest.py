@@ -61,6 +61,7 @@ BACKEND_NEUTRAL = (
     "tests/utils/test_atomic_files.py",
     "tests/test_backend_parity.py",
     "tests/test_config.py",
+    "tests/training/test_options.py",
     "tests/test_layout.py",
     "tests/decoding/test_evaluation.py",
     "tests/test_plots.py",

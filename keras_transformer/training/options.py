@@ -110,12 +110,42 @@ class TrainOptions:
         for field in dataclasses.fields(self):
             check_setting(field, getattr(self, field.name))
         _check_overrides(self.overrides, self.vocab_size)
+        _check_positions(self.preset, self.overrides, self.max_length)
         if self.precision == "mixed_float16" and self.accumulation_steps > 1:
             raise ValueError(
                 "--precision mixed_float16 with --accumulation-steps > 1 is not "
                 "supported: a batch skipped for overflow would shift the "
                 "updates. Use mixed_bfloat16, or no accumulation."
             )
+
+
+def _check_positions(preset: str, overrides: dict[str, Any], max_length: int) -> None:
+    """Refuse a `max_position` that has no effect (sinusoidal positions have
+    no limit) or that the training sequences would overrun (learned ones)."""
+    if preset not in PRESETS:
+        return  # Refused with the list of presets by its own setting check.
+    encoding = overrides.get("position_encoding", PRESETS[preset].position_encoding)
+    limit = overrides.get("max_position", PRESETS[preset].max_position)
+    if encoding != "learned":
+        if "max_position" in overrides:
+            raise ValueError(
+                f"--set max_position={limit} has no effect: it bounds learned "
+                f"positions only, and this model's are {encoding} (no length "
+                "limit). Drop it, or add --set position_encoding=learned."
+            )
+        return
+    if isinstance(limit, int) and limit < max_length:
+        named = (
+            f"--set max_position={limit}"
+            if "max_position" in overrides
+            else f"max_position={limit} (the {preset} preset's)"
+        )
+        raise ValueError(
+            f"{named}: learned positions cover {limit} tokens, "
+            f"but training sequences reach --max-length {max_length}. Use "
+            f"max_position >= {max_length}; translating needs room for the "
+            "longest source + --max-extra-length as well."
+        )
 
 
 def _check_overrides(overrides: dict[str, Any], vocab_size: int) -> None:
