@@ -171,11 +171,12 @@ def _files(spec: DatasetSpec) -> dict[str, SplitSource]:
     lenient = spec.lenient_utf8
     for name, given in spec.files.items():
         paths = tuple(Path(path) for path in given)
+        checks = dict(lenient_utf8=lenient, refuse_inner_cr=name == "train")
         if len(paths) == 1:
-            blocks = _block_reader(iter_tsv, paths[0], lenient_utf8=lenient)
+            blocks = _block_reader(iter_tsv, paths[0], **checks)
             origin = str(paths[0])
         else:
-            blocks = _block_reader(iter_parallel_files, *paths, lenient_utf8=lenient)
+            blocks = _block_reader(iter_parallel_files, *paths, **checks)
             origin = f"{paths[0]} | {paths[1]}"
         splits[name] = SplitSource(origin, blocks, paths)
     return splits
@@ -192,7 +193,9 @@ def _multi30k(spec: DatasetSpec) -> dict[str, SplitSource]:
             data_dir=spec.data_dir,
         )
         origin = multi30k_origin(name, *languages, f"{paths[0]} | {paths[1]}")
-        blocks = _block_reader(iter_parallel_files, *paths)
+        blocks = _block_reader(
+            iter_parallel_files, *paths, refuse_inner_cr=name == "train"
+        )
         splits[name] = SplitSource(origin, blocks, paths)
     return splits
 

@@ -390,6 +390,20 @@ class TextStream:
                 stacklevel=3,
             )
 
+    def check_no_inner_cr(self) -> None:
+        """Refuse a bare CR kept inside a line (training text: the model
+        would learn it as text; it is almost always a line end from another
+        system, or a stray control character)."""
+        if self.first_cr_line is None:
+            return
+        raise DataError(
+            f"{self.name}: line {self.first_cr_line} holds a bare carriage return "
+            "(\\r without \\n) inside it; a model trained on it would learn it "
+            "as text. Convert it to a space (tr '\\r' ' ' < IN > OUT), or to \\n "
+            "if it ends a line (then check that both sides still align). "
+            "Validation and test files keep it as text."
+        )
+
     def bare_cr_hint(self) -> str:
         """Why line counts may differ: CRs that some editor meant as line ends."""
         if self.first_cr_line is None:
@@ -479,12 +493,14 @@ def iter_parallel_files(
     *,
     lenient_utf8: bool = False,
     block_bytes: int | None = None,
+    refuse_inner_cr: bool = False,
 ) -> Iterator[PairBlock]:
     """`read_parallel_files` block by block: memory is bounded by a block.
 
     The checks and errors are `read_parallel_files`'s; a line-count mismatch
     is found when the shorter file ends (the longer is then read to its end
-    to count its lines)."""
+    to count its lines). `refuse_inner_cr` (training text): a bare CR kept
+    inside a line is a `DataError` once the files are read."""
     streams = [
         open_text_stream(path, lenient_utf8=lenient_utf8, block_bytes=block_bytes)
         for path in (source_path, target_path)
@@ -507,6 +523,8 @@ def iter_parallel_files(
             pass
     _check_same_length(*streams)
     for stream in streams:
+        if refuse_inner_cr:
+            stream.check_no_inner_cr()
         stream.finish()
 
 
@@ -583,8 +601,10 @@ def iter_tsv(
     *,
     lenient_utf8: bool = False,
     block_bytes: int | None = None,
+    refuse_inner_cr: bool = False,
 ) -> Iterator[PairBlock]:
-    """`read_tsv` block by block: memory is bounded by a block."""
+    """`read_tsv` block by block: memory is bounded by a block;
+    `refuse_inner_cr` as in `iter_parallel_files`."""
     stream = open_text_stream(path, lenient_utf8=lenient_utf8, block_bytes=block_bytes)
     first = 1
     for lines, is_last in stream:
@@ -599,6 +619,8 @@ def iter_tsv(
             target.append(right)
         yield PairBlock(first, source, target)
         first += len(lines)
+    if refuse_inner_cr:
+        stream.check_no_inner_cr()
     stream.finish()
 
 

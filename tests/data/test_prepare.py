@@ -352,6 +352,18 @@ def test_a_foreign_manifest_is_refused_without_suggesting_overwrite(corpus, tmp_
     assert (out / "manifest.json").read_text() == '{"format": "something else"}'
 
 
+def test_a_carriage_return_inside_an_evaluation_line_stays_text(corpus, tmp_path):
+    files, _, _ = corpus
+    valid = (
+        str(write(tmp_path / "v.en", b"one\rtwo\nthree\n")),
+        str(write(tmp_path / "v.de", b"eins\nzwei\n")),
+    )
+    store = prepare_store(
+        options_for({**files, "valid": valid}, tmp_path / "out"), log=quiet
+    )
+    assert store.eval_corpus("valid").source == ["one\rtwo", "three"]
+
+
 # --- bad input, found during the streaming passes ----------------------------------
 
 
@@ -362,6 +374,9 @@ def test_a_foreign_manifest_is_refused_without_suggesting_overwrite(corpus, tmp_
         (b"a b\nc\xff d\n", b"x\ny\n", r"a\.en: invalid UTF-8 at line 2, byte 2"),
         (b"a b\nc d\n", b"x\ny\x00\n", r"b\.de: NUL byte .* line 2, byte 2"),
         (b" \n\n", b"\n  \n", r"training text from .*a\.en.* is empty"),
+        # Equal line counts: a CR inside a training line was trained on as text.
+        (b"a b\nc\rd\n", b"x\ny\n", r"a\.en: line 2 holds a bare carriage"),
+        (b"a b\nc d\n", b"x\ny\rz\n", r"b\.de: line 2 holds a bare carriage"),
     ],
 )
 def test_bad_text_is_refused_naming_file_and_line(tmp_path, source, target, expected):
