@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from keras_transformer.data import text_files
@@ -421,3 +422,22 @@ def test_a_binary_file_is_named_binary_before_its_invalid_utf8(tmp_path):
     path = write(tmp_path / "image.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
     with pytest.raises(DataError, match=r"image\.png: NUL byte .* binary or UTF-16"):
         read_text_lines(path)
+
+
+def test_a_binary_file_without_nul_is_named_binary_not_mac_line_ends(tmp_path):
+    # Random bytes with no NUL hold more bare CRs than newlines: they were
+    # described as "classic Mac line ends".
+    rng = np.random.default_rng(0)
+    data = bytes(rng.integers(1, 256, 4096, dtype=np.uint8))
+    data = data.replace(b"\n", b"\r")
+    path = write(tmp_path / "random.bin", data)
+    with pytest.raises(DataError, match=r"random\.bin: this looks like a binary file"):
+        read_text_lines(path)
+    with pytest.raises(DataError, match="binary file"):
+        read_text_lines(path, lenient_utf8=True)
+
+
+def test_text_with_a_few_control_characters_is_still_text(tmp_path):
+    text = "a line with an \x1b escape and a \x07 bell\n" * 3
+    path = write(tmp_path / "odd.txt", text.encode())
+    assert len(read_text_lines(path)) == 3
