@@ -50,7 +50,7 @@ from keras_transformer.data.block_encoding import (
     encode_block,
     encode_corpus,
 )
-from keras_transformer.data.datasets import SplitSource, dataset_sources
+from keras_transformer.data.datasets import STORE_PREFIX, SplitSource, dataset_sources
 from keras_transformer.data.pipeline import FilterReport
 from keras_transformer.data.store_options import PrepareOptions
 from keras_transformer.data.text_files import (
@@ -100,6 +100,28 @@ _PROGRESS_SECONDS = 30
 def default_store_path(key: str) -> Path:
     """Where a store of inputs and settings `key` goes without `out`."""
     return user_cache_root() / "stores" / key[:24]
+
+
+def locate_store(
+    fingerprint: str, dataset: dict[str, Any] | None = None
+) -> Path | None:
+    """A store on this machine whose fingerprint is `fingerprint`: the
+    `store:DIR` that `dataset` (a run's recorded `DatasetSpec`) names, else
+    one in the cache; None if there is none. A run's tokenizer is a copy of
+    its store's, so a damaged copy can be restored from it."""
+    candidates = []
+    name = str((dataset or {}).get("name", ""))
+    if name.startswith(STORE_PREFIX):
+        candidates.append(Path(name[len(STORE_PREFIX) :]).expanduser())
+    candidates += sorted((user_cache_root() / "stores").glob("*"))
+    for path in candidates:
+        try:
+            manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(manifest, dict) and manifest.get("fingerprint") == fingerprint:
+            return path
+    return None
 
 
 def _settings(options: PrepareOptions) -> dict[str, Any]:

@@ -288,6 +288,8 @@ class SentencePieceTokenizer(SubwordTokenizer):
     @classmethod
     def load(cls, directory: Path) -> SentencePieceTokenizer:
         path = directory / cls.model_file
+        if not path.is_file():
+            raise ValueError(f"{path} is missing. " + _RETRAIN)
         proto = path.read_bytes()
         if not proto:  # Parses as a model without pieces.
             raise ValueError(f"{path} is empty (truncated). " + _RETRAIN)
@@ -385,7 +387,10 @@ class WordPieceTokenizer(SubwordTokenizer):
 
     @classmethod
     def load(cls, directory: Path) -> WordPieceTokenizer:
-        text = (directory / cls.vocab_file).read_text(encoding="utf-8")
+        path = directory / cls.vocab_file
+        if not path.is_file():
+            raise ValueError(f"{path} is missing. " + _RETRAIN)
+        text = path.read_text(encoding="utf-8")
         return cls(text.splitlines())
 
 

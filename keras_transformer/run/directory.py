@@ -414,9 +414,38 @@ class RunDirectory:
         return json.loads(self.history_path.read_text(encoding="utf-8"))
 
     def load_tokenizer(self):
+        """The run's tokenizer; a missing or damaged one is a ValueError
+        that says where the same tokenizer can be restored from."""
         from keras_transformer.data.tokenizer import load_tokenizer
 
-        return load_tokenizer(self.tokenizer_dir)
+        try:
+            return load_tokenizer(self.tokenizer_dir)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{error} {self.tokenizer_source()}") from None
+
+    def tokenizer_source(self) -> str:
+        """Where the run's tokenizer can be restored from: its token store,
+        of which the run keeps a copy (the store with the fingerprint that
+        the run's manifest records)."""
+        from keras_transformer.data.prepare import locate_store
+
+        try:
+            data = (self.manifest() or {})["identity"]["data"]
+            fingerprint = data["fingerprint"]
+        except (KeyError, TypeError, RunConflict):
+            return "This run's tokenizer cannot be restored from its record."
+        store = locate_store(fingerprint, data)
+        if store is None:
+            return (
+                "This run's tokenizer is a copy of its token store's (fingerprint "
+                f"{fingerprint[:12]}), which is not on this machine: prepare the "
+                "same data with the same settings again and copy its tokenizer/ "
+                f"into {self.tokenizer_dir}."
+            )
+        return (
+            f"The token store this run trained on, {store}, holds the same "
+            f"tokenizer: copy {store / 'tokenizer'} to {self.tokenizer_dir}."
+        )
 
     def resolve_model_path(self, model: str | os.PathLike | None = None) -> Path:
         """`model` if given, else the final model, else the newest checkpoint."""
@@ -458,7 +487,8 @@ class RunDirectory:
             raise FileNotFoundError(f"{self.config_path} not found: not a trained run.")
         if not self.tokenizer_dir.is_dir():
             raise FileNotFoundError(
-                f"{self.tokenizer_dir} not found: the run has no tokenizer."
+                f"{self.tokenizer_dir} not found: the run has no tokenizer. "
+                + self.tokenizer_source()
             )
         tokenizer = self.load_tokenizer()
         if self.config_path.exists():  # The run's own record must agree too.

@@ -8,6 +8,8 @@ tokenizer a run uses).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from keras_transformer.data.datasets import STORE_PREFIX
 from keras_transformer.data.pipeline import FilterReport
 from keras_transformer.data.prepare import prepare_store, store_location
@@ -88,6 +90,25 @@ def log_store(store: TokenStore) -> None:
     log(FilterReport(**store.filter_report()).summary(store.origin()))
 
 
+def _check_copy_whole(copy: Path, store: TokenStore) -> None:
+    """Name a file of the run's tokenizer copy that is missing or of another
+    size than the store's (a damaged copy, not another tokenizer)."""
+    for original in sorted(store.tokenizer_dir.iterdir()):
+        mine = copy / original.name
+        if mine.is_file() and mine.stat().st_size == original.stat().st_size:
+            continue
+        damage = (
+            f"is {mine.stat().st_size:,} bytes, the store's {original.stat().st_size:,}"
+            if mine.is_file()
+            else "is missing"
+        )
+        raise RunConflict(
+            f"{mine} {damage}: the run's copy of its tokenizer is damaged. The "
+            f"token store it trained on, {store.path}, holds the same tokenizer: "
+            f"copy {store.tokenizer_dir} to {copy} and run the same command again."
+        )
+
+
 def run_tokenizer(run: RunDirectory, store: TokenStore, resuming: bool):
     """The tokenizer a run uses, and whether the run still has to save it:
     the store's, of which the run keeps a copy. A resumed run reuses its
@@ -96,6 +117,7 @@ def run_tokenizer(run: RunDirectory, store: TokenStore, resuming: bool):
     copy = run.tokenizer_dir
     if not (resuming and (copy / "tokenizer.json").exists()):
         return store.tokenizer(), True
+    _check_copy_whole(copy, store)
     if tokenizer_sha256(copy) != tokenizer_sha256(store.tokenizer_dir):
         raise RunConflict(
             f"{copy} is not the tokenizer of the store {store.path} "

@@ -5,11 +5,14 @@ lock held by a running `train`; the run's writes."""
 from __future__ import annotations
 
 import errno
+import json
 import os
+import shutil
 
 import numpy as np
 import pytest
 
+from keras_transformer.data.token_store import FORMAT
 from keras_transformer.data.tokenizer import train_tokenizer
 from keras_transformer.model import build_transformer
 from keras_transformer.run.directory import (
@@ -19,6 +22,7 @@ from keras_transformer.run.directory import (
     RunWriteError,
     identity_conflicts,
 )
+from keras_transformer.utils.user_cache import user_cache_root
 from tests.helpers import make_corpus, small_config, to_numpy
 from tests.run.locking import run_directory_locked_by_child
 
@@ -200,3 +204,70 @@ def test_final_model_is_written_atomically(tokenizer, tmp_path, monkeypatch):
     with pytest.raises(RunWriteError, match=r"final model .*model.keras at step 3"):
         run.save_final_model(model, step=3)
     assert list(run.path.iterdir()) == []
+
+
+# --- a damaged tokenizer says where the same one can be restored from -----------
+
+
+def run_of_store(tmp_path, tokenizer, store_name="store:{store}"):
+    """A run whose manifest records a store, and that store (its manifest's
+    fingerprint and tokenizer are what a run's tokenizer is restored from)."""
+    store = tmp_path / "store"
+    tokenizer.save(store / "tokenizer")
+    fingerprint = "5" * 64
+    manifest = {"format": FORMAT, "fingerprint": fingerprint}
+    (store / "manifest.json").write_text(json.dumps(manifest))
+    run = RunDirectory(tmp_path / "run")
+    data = {"name": store_name.format(store=store), "fingerprint": fingerprint}
+    run.create({"data": data}, {})
+    model = build_transformer(small_config(vocab_size=tokenizer.vocab_size))
+    run.save_model(model, tokenizer)
+    return run, store
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_a_damaged_run_tokenizer_names_the_file_and_the_store_holding_it(
+    tokenizer, tmp_path, damage
+):
+    run, store = run_of_store(tmp_path, tokenizer)
+    model_file = run.tokenizer_dir / "sentencepiece.model"
+    if damage == "missing":
+        model_file.unlink()
+    else:
+        model_file.write_bytes(model_file.read_bytes()[:100])
+    with pytest.raises(ValueError) as info:
+        run.open_for_inference()
+    message = str(info.value)
+    assert str(model_file) in message
+    assert ("is missing" if damage == "missing" else "truncated or damaged") in message
+    assert f"copy {store / 'tokenizer'} to {run.tokenizer_dir}" in message
+
+
+def test_a_missing_tokenizer_directory_names_the_store_too(tokenizer, tmp_path):
+    run, store = run_of_store(tmp_path, tokenizer)
+    shutil.rmtree(run.tokenizer_dir)
+    with pytest.raises(FileNotFoundError, match="the run has no tokenizer") as info:
+        run.open_for_inference()
+    assert f"copy {store / 'tokenizer'}" in str(info.value)
+
+
+def test_a_store_not_on_this_machine_is_said_so(tokenizer, tmp_path):
+    run, store = run_of_store(tmp_path, tokenizer)
+    shutil.rmtree(store)
+    (run.tokenizer_dir / "sentencepiece.model").unlink()
+    with pytest.raises(ValueError, match="which is not on this machine: prepare"):
+        run.load_tokenizer()
+
+
+def test_a_store_in_the_cache_is_found_by_its_fingerprint(tokenizer, tmp_path):
+    # A run trained on text: its store is in the cache, named by its key.
+    cached = user_cache_root() / "stores" / "test-fingerprint-lookup"
+    run, store = run_of_store(tmp_path, tokenizer, store_name="builtin")
+    shutil.rmtree(cached, ignore_errors=True)
+    shutil.move(store, cached)
+    try:
+        (run.tokenizer_dir / "sentencepiece.model").unlink()
+        with pytest.raises(ValueError, match=f"copy {cached / 'tokenizer'}"):
+            run.load_tokenizer()
+    finally:
+        shutil.rmtree(cached, ignore_errors=True)
