@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import stat
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
@@ -171,6 +173,9 @@ def _files(spec: DatasetSpec) -> dict[str, SplitSource]:
     lenient = spec.lenient_utf8
     for name, given in spec.files.items():
         paths = tuple(Path(path) for path in given)
+        sides = ("tsv",) if len(paths) == 1 else ("src", "tgt")
+        for side, path in zip(sides, paths):
+            _check_regular_file(path, f"--{name}-{side}")
         checks = dict(lenient_utf8=lenient, refuse_inner_cr=name == "train")
         if len(paths) == 1:
             blocks = _block_reader(iter_tsv, paths[0], **checks)
@@ -180,6 +185,24 @@ def _files(spec: DatasetSpec) -> dict[str, SplitSource]:
             origin = f"{paths[0]} | {paths[1]}"
         splits[name] = SplitSource(origin, blocks, paths)
     return splits
+
+
+def _check_regular_file(path: Path, flag: str) -> None:
+    """Refuse a pipe, FIFO or device (`<(cat a.en)`, /dev/stdin): a corpus
+    is read several times (the digest that names its store, the tokenizer's
+    sample, the encoding), and a stream only once."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # A missing file is named by the reader.
+    if not stat.S_ISREG(mode):
+        raise DataError(
+            f"{flag} {path} is a pipe or another stream, not a file: a corpus "
+            "is read more than once (its digest, the tokenizer's sample, the "
+            "encoding), and a stream can be read only once. Save it to a file "
+            "first (for example: cat ... > train.en); gzip files are read as "
+            "they are."
+        )
 
 
 def _multi30k(spec: DatasetSpec) -> dict[str, SplitSource]:

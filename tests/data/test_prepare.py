@@ -364,6 +364,25 @@ def test_a_carriage_return_inside_an_evaluation_line_stays_text(corpus, tmp_path
     assert store.eval_corpus("valid").source == ["one\rtwo", "three"]
 
 
+@pytest.mark.parametrize("side", ["src", "tgt"])
+def test_a_pipe_is_refused_in_words_naming_its_flag(corpus, tmp_path, side):
+    # `--train-src <(cat a.en)` failed with "[Errno 2] No such file or
+    # directory: '/proc/<pid>/fd/pipe:[...]'". A FIFO is the same stream; it
+    # is refused before anything opens it (opening would block).
+    files, _, _ = corpus
+    fifo = tmp_path / "stream"
+    os.mkfifo(fifo)
+    pair = list(files["train"])
+    pair[0 if side == "src" else 1] = str(fifo)
+    options = options_for({**files, "train": tuple(pair)}, tmp_path / "out")
+    with pytest.raises(DataError) as info:
+        prepare_store(options, log=quiet)
+    message = str(info.value)
+    assert f"--train-{side} {fifo} is a pipe or another stream, not a file" in message
+    assert "Save it to a file first" in message
+    assert not (tmp_path / "out").exists()
+
+
 # --- bad input, found during the streaming passes ----------------------------------
 
 
