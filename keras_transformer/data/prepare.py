@@ -51,6 +51,7 @@ from keras_transformer.data.block_encoding import (
     encode_corpus,
 )
 from keras_transformer.data.datasets import STORE_PREFIX, SplitSource, dataset_sources
+from keras_transformer.data.digests import file_sha256
 from keras_transformer.data.pipeline import FilterReport
 from keras_transformer.data.store_options import PrepareOptions
 from keras_transformer.data.text_files import (
@@ -58,7 +59,6 @@ from keras_transformer.data.text_files import (
     PairBlock,
     ParallelCorpus,
     collect_pairs,
-    sha256_file,
 )
 from keras_transformer.data.token_store import (
     EVAL_SPLITS,
@@ -72,6 +72,7 @@ from keras_transformer.data.token_store import (
     holds_store_manifest,
     new_manifest,
     open_store,
+    remember_digests,
     token_dtype,
     tokenizer_sha256,
     write_evaluation_text,
@@ -82,7 +83,6 @@ from keras_transformer.utils import console
 from keras_transformer.utils.atomic_files import (
     PARTIAL_MARK,
     atomic_directory,
-    atomic_write_text,
 )
 from keras_transformer.utils.user_cache import user_cache_root
 
@@ -136,44 +136,13 @@ def _settings(options: PrepareOptions) -> dict[str, Any]:
     }
 
 
-def _digest_cache_file(path: Path) -> Path:
-    name = hashlib.sha256(str(path).encode()).hexdigest()[:32]
-    return user_cache_root() / "file-digests" / f"{name}.json"
-
-
-def _file_digest(path: Path) -> tuple[os.stat_result, str]:
-    """`path`'s stat and SHA-256. The digest is remembered in the cache under
-    the stat that identifies this version of the file (size, modification
-    and change times, inode), so that `train` on text, started again or in
-    every process of a multi-worker run, reads a large corpus's files once
-    and afterwards only stats them."""
-    resolved = path.resolve()
-    try:
-        stat = resolved.stat()
-    except OSError:
-        sha256_file(path)  # Raises the readers' DataError, naming the file.
-        raise
-    version = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
-    remembered = _digest_cache_file(resolved)
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        record = json.loads(remembered.read_text(encoding="utf-8"))
-        if record["version"] == version:
-            return stat, record["sha256"]
-    digest = sha256_file(path)
-    with contextlib.suppress(OSError):  # A read-only cache: hash again next time.
-        remembered.parent.mkdir(parents=True, exist_ok=True)
-        record = {"path": str(resolved), "version": version, "sha256": digest}
-        atomic_write_text(remembered, json.dumps(record))
-    return stat, digest
-
-
 def _source_records(sources: dict[str, SplitSource]) -> list[dict[str, Any]]:
     """Each source file's path, size, time and SHA-256 (the manifest's
-    `sources`), hashed once per version of the file (`_file_digest`)."""
+    `sources`), hashed once per version of the file (`file_sha256`)."""
     records = []
     for split, source in sorted(sources.items()):
         for path in source.files:
-            stat, digest = _file_digest(path)  # DataError for a missing file.
+            stat, digest = file_sha256(path)  # DataError for a missing file.
             records.append(
                 {
                     "split": split,
@@ -265,6 +234,7 @@ def prepare_store(
                 f"the store that was in {inputs.out} is now {aside}; delete it "
                 "when you no longer need it"
             )
+    remember_digests(inputs.out, json.loads((inputs.out / MANIFEST).read_text()))
     store = open_store(inputs.out, check_sources=False)
     log(_summary(store, time.monotonic() - started))
     return store

@@ -36,9 +36,13 @@ expected: a directory that is not a store, another format version, a
 tokenizer other than the one the ids were encoded with, a file of another
 size than the manifest says (truncated), an index whose offsets do not
 rise from 0 to the token count in steps of at most the longest pair
-(damaged), and a source file that changed after the store was made.
-`verify=True` also compares every file's SHA-256 (`prepare` does, before
-reusing a store).
+(damaged), a file whose SHA-256 is not the manifest's (its bytes changed,
+however its size), a manifest whose fingerprint does not match what it
+lists (an edited entry), and a source file that changed after the store
+was made. A file's SHA-256 is computed once per version of the file and
+remembered (`digests`), so opening a store again costs a stat per file;
+`verify=True` hashes every file regardless (`prepare` does, before reusing
+a store).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from keras_transformer.data.digests import file_sha256, remember_sha256
 from keras_transformer.data.text_files import DataError, ParallelCorpus, sha256_file
 from keras_transformer.data.token_pairs import SIDES, TokenPairs
 from keras_transformer.utils.atomic_files import atomic_write_text
@@ -346,9 +351,18 @@ class TokenStore:
         return _StoredPairs(self, split)
 
     def tokenizer(self):
+        """The tokenizer the ids were encoded with; one of another size than
+        the manifest's is refused (the model is built to its size)."""
         from keras_transformer.data.tokenizer import load_tokenizer
 
-        return load_tokenizer(self.tokenizer_dir)
+        tokenizer = load_tokenizer(self.tokenizer_dir)
+        if tokenizer.vocab_size != self.vocab_size:
+            raise StoreError(
+                f"{self.tokenizer_dir} has {tokenizer.vocab_size:,} pieces, but "
+                f"{self.path / MANIFEST} says the ids were encoded with "
+                f"{self.vocab_size:,}. Prepare the store again."
+            )
+        return tokenizer
 
     def eval_corpus(self, split: str) -> ParallelCorpus | None:
         """The text of `split` (valid or test), or None without it."""
@@ -381,24 +395,25 @@ def open_store(
 ) -> TokenStore:
     """Open the store in `path` after the checks of the module doc.
 
+    Every file's SHA-256 is compared with the manifest's: hashed once per
+    version of the file and then remembered (`digests`), so a store opened
+    before costs a stat per file; `verify` hashes every file regardless.
     `check_sources`: refuse a store whose source files still exist but
     changed since it was made (a stat, and a SHA-256 only when the size or
-    time changed). `verify`: also compare every file's SHA-256.
-    Raises StoreError naming the file and what was expected."""
+    time changed). Raises StoreError naming the file and what was expected."""
     path = Path(path)
     manifest = _read_manifest(path)
+    _check_fingerprint(path, manifest)
     store = TokenStore(path, manifest)
     _check_tokenizer(store)
     for split, info in manifest["splits"].items():
         for name, expected in info["files"].items():
             _check_size(path / name, expected["bytes"])
-            if verify and sha256_file(path / name) != expected["sha256"]:
-                raise StoreError(
-                    f"{path / name} is damaged: its SHA-256 differs from the one "
-                    f"in {path / MANIFEST}. Prepare the store again."
-                )
-        for side in SIDES:
+        for side in SIDES:  # Read whole, and hashed, by their own check.
             _check_index(path / f"{split}.{side}.index", info, side)
+        for name, expected in info["files"].items():
+            if not name.endswith(".index"):
+                _check_digest(path / name, expected["sha256"], verify)
     if check_sources:
         _check_sources(store)
     return store
@@ -488,6 +503,37 @@ def _missing_field(value: Any, fields: Any = None, where: str = "") -> str | Non
                     if f"{split}.{side}.{kind}" not in info["files"]:
                         return f"splits.{split}.files.{split}.{side}.{kind}"
     return None
+
+
+def remember_digests(path: Path, manifest: dict[str, Any]) -> None:
+    """Remember the digests a writer computed for the store it just put in
+    `path`, so that opening it does not hash what was just hashed."""
+    for info in manifest["splits"].values():
+        for name, written in info["files"].items():
+            remember_sha256(path / name, written["sha256"])
+
+
+def _check_digest(path: Path, expected: str, fresh: bool) -> None:
+    """The file's SHA-256 against the manifest's: remembered per version of
+    the file (a stat when opened before), or hashed afresh."""
+    digest = sha256_file(path) if fresh else file_sha256(path)[1]
+    if digest != expected:
+        raise StoreError(
+            f"{path} is damaged: its SHA-256 differs from the one in the "
+            f"manifest (its bytes changed since the store was made). Prepare "
+            "the store again."
+        )
+
+
+def _check_fingerprint(path: Path, manifest: dict[str, Any]) -> None:
+    """The manifest's fingerprint covers its tokenizer and file digests: an
+    edited entry (a tokenizer swapped with its digest) shows here."""
+    if store_fingerprint(manifest) != manifest["fingerprint"]:
+        raise StoreError(
+            f"{path / MANIFEST} was edited: its fingerprint does not match the "
+            "tokenizer and files it lists, so the ids may not be the "
+            "tokenizer's. Prepare the store again."
+        )
 
 
 def _check_tokenizer(store: TokenStore) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from keras_transformer import training
 from keras_transformer.cli import main
-from keras_transformer.data import prepare, text_files, token_store
+from keras_transformer.data import digests, prepare, text_files, token_store
 from keras_transformer.data.datasets import DatasetSpec
 from keras_transformer.data.prepare import _SentenceSample, prepare_store
 from keras_transformer.data.store_options import PrepareOptions
@@ -180,16 +180,21 @@ def test_a_stores_pairs_pickle_as_their_path(store):
         )
 
 
-def test_pairs_unpickled_after_their_store_was_replaced_are_refused(store, tmp_path):
-    import json
+def test_pairs_unpickled_after_their_store_was_replaced_are_refused(
+    store, corpus, tmp_path
+):
     import pickle
     import shutil
 
     copy = shutil.copytree(store.path, tmp_path / "copy")
     data = pickle.dumps(open_store(copy).pairs())
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["fingerprint"] = "0" * 64  # What prepare --overwrite of other text does.
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    # What prepare --overwrite of other settings does: another whole store.
+    files, _, _ = corpus
+    other = prepare_store(
+        options_for(files, tmp_path / "other", vocab_size=420), log=quiet
+    )
+    shutil.rmtree(copy)
+    shutil.copytree(other.path, copy)
     with pytest.raises(StoreError, match=f"{copy} was replaced"):
         pickle.loads(data)
 
@@ -569,8 +574,8 @@ def test_sources_are_hashed_once_per_version_of_the_file(tmp_path, monkeypatch):
     by the files' SHA-256: after the first, a stat finds it again."""
     files = write_training_corpus(tmp_path)
     hashed = []
-    real = prepare.sha256_file
-    monkeypatch.setattr(prepare, "sha256_file", lambda p: hashed.append(p) or real(p))
+    real = digests.sha256_file
+    monkeypatch.setattr(digests, "sha256_file", lambda p: hashed.append(p) or real(p))
     options = options_for(files)
     first = prepare._Inputs.of(options).key
     assert len(hashed) == 4  # train and valid, two sides each.

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import training
+from keras_transformer.data import digests
 from keras_transformer.data.datasets import DatasetSpec
 from keras_transformer.data.prepare import prepare_store
 from keras_transformer.data.store_options import PrepareOptions, with_store_settings
@@ -179,16 +180,49 @@ def test_an_index_damaged_within_the_rising_rule_is_found_by_its_digest(store_di
         open_store(store_dir)
 
 
-def test_a_damaged_token_file_is_found_by_verify_or_by_a_batch(store_dir):
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_token_file_damaged_in_place_is_refused_when_opened(store_dir, verify):
+    # The same size: `train` trained on it (and failed deep in a batch, or
+    # silently when the ids stayed within the vocabulary).
+    path = store_dir / "train.source.tokens"
+    open_store(store_dir)  # Its digests are now remembered.
+    ids = np.fromfile(path, "<u2")
+    ids[7], ids[len(ids) // 2 :] = 60_000, 5
+    ids.tofile(path)
+    with pytest.raises(StoreError, match=r"train\.source\.tokens is damaged: its SHA"):
+        open_store(store_dir, verify=verify)
+
+
+def test_a_token_file_damaged_after_opening_is_found_by_a_batch(store_dir):
+    pairs = open_store(store_dir).pairs()
     path = store_dir / "train.source.tokens"
     ids = np.fromfile(path, "<u2")
     ids[7] = 60_000  # Past the vocabulary: no embedding row.
     ids.tofile(path)
-    with pytest.raises(StoreError, match=r"train\.source\.tokens is damaged: its SHA"):
-        open_store(store_dir, verify=True)
-    pairs = open_store(store_dir).pairs()
     with pytest.raises(ValueError, match=r"train\.source\.tokens is damaged: pair"):
         pairs.gather("source", np.arange(len(pairs)))
+
+
+def test_an_opened_store_is_not_hashed_again(store_dir, monkeypatch):
+    open_store(store_dir)
+    hashed = []
+    monkeypatch.setattr(
+        digests, "sha256_file", lambda path: hashed.append(path) or "0" * 64
+    )
+    open_store(store_dir)
+    assert hashed == []  # A stat per file.
+
+
+def test_an_edited_manifest_entry_is_refused(store_dir):
+    # A tokenizer swapped together with its manifest entry: the ids are the
+    # old tokenizer's, the model would be built for the new one.
+    manifest_path = store_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["tokenizer"]["vocab_size"] += 100
+    manifest["tokenizer"]["sha256"] = "1" * 64
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match=r"manifest\.json was edited"):
+        open_store(store_dir)
 
 
 def test_a_source_changed_after_the_store_was_made_is_refused(store_dir, made):
@@ -227,3 +261,12 @@ def test_train_on_a_store_takes_its_settings_and_refuses_others(store_dir):
         with pytest.raises(ValueError) as error:
             training.prepare_training_store(options)
         assert f"{flag}: the store {store_dir} was prepared with" in str(error.value)
+
+
+def test_a_manifest_vocabulary_size_that_is_not_the_tokenizers_is_refused(store_dir):
+    manifest_path = store_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["tokenizer"]["vocab_size"] += 100  # Not in the fingerprint.
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(StoreError, match="pieces, but .*manifest.json says"):
+        open_store(store_dir).tokenizer()
