@@ -62,6 +62,7 @@ BACKEND_NEUTRAL = (
     "tests/test_backend_parity.py",
     "tests/test_config.py",
     "tests/training/test_options.py",
+    "tests/training/test_memory.py",
     "tests/test_layout.py",
     "tests/decoding/test_evaluation.py",
     "tests/test_plots.py",

@@ -89,6 +89,7 @@ def _check_cpu_devices(count: int) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from keras_transformer import training
+    from keras_transformer.training.memory import TrainingOutOfMemory
 
     # Every check that needs no data, before the devices or data are touched.
     options = _train_options(args)
@@ -103,7 +104,7 @@ def _train(args: argparse.Namespace) -> int:
     except training.TrainingInterrupted as stop:
         print(f"keras-transformer train: {stop}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except training.TrainingDiverged as error:
+    except (training.TrainingDiverged, TrainingOutOfMemory) as error:
         print(f"keras-transformer train: error: {error}", file=sys.stderr)
         return 1
     except (training.RunWriteError, training.StoreWriteError) as error:

@@ -28,6 +28,7 @@ from keras_transformer.decoding.translator import Translator
 from keras_transformer.run import checkpoints
 from keras_transformer.run.checkpoints import RunWriteError
 from keras_transformer.run.directory import RunConflict, RunDirectory
+from keras_transformer.training.accelerators import backend_gpus
 from keras_transformer.training.batches import store_batches
 from keras_transformer.training.callbacks import (
     DevBleu,
@@ -42,6 +43,11 @@ from keras_transformer.training.callbacks import (
 )
 from keras_transformer.training.distribution import DistributionPlan, setup_distribution
 from keras_transformer.training.history import EpochHistory
+from keras_transformer.training.memory import (
+    check_memory,
+    is_out_of_memory,
+    out_of_memory,
+)
 from keras_transformer.training.model_setup import build_model, model_config
 from keras_transformer.training.options import TrainOptions
 from keras_transformer.training.store import (
@@ -143,6 +149,14 @@ class _Job:
         SearchSettings(beam_size=options.beam_size).check_vocabulary(
             self.config.vocab_size
         )
+        if not backend_gpus():  # A GPU's memory is the backend's to report.
+            train_pairs = self.store.manifest["splits"]["train"]["pairs"]
+            check_memory(
+                self.config,
+                options.tokens_per_batch,
+                options.max_length,
+                capacity=train_pairs * options.max_length,
+            )
         self.data = store_batches(options, self.store, self.plan)
         self.model = build_model(options, self.config, plan)
         self.extra_callbacks = list(extra_callbacks)
@@ -382,6 +396,14 @@ def train(options: TrainOptions, callbacks=()) -> TrainResult:
             if _discard(job):
                 raise TrainingDiverged(
                     error.step, error.value, run_kept=False
+                ) from None
+            raise
+        except Exception as error:
+            kept = not _discard(job)
+            if is_out_of_memory(error):
+                step = job.clock.step if hasattr(job, "clock") else 0
+                raise out_of_memory(
+                    error, step, options.tokens_per_batch, kept
                 ) from None
             raise
         except BaseException:

@@ -21,8 +21,9 @@ from keras_transformer.run import checkpoints
 from keras_transformer.run import directory as run_directory
 from keras_transformer.run.checkpoints import list_checkpoints
 from keras_transformer.run.directory import RunBusy, RunConflict, RunDirectory
-from keras_transformer.training import TrainingInterrupted, TrainOptions, train
+from keras_transformer.training import TrainingInterrupted, TrainOptions, memory, train
 from keras_transformer.training.callbacks import TrainingDiverged
+from keras_transformer.training.memory import TrainingOutOfMemory
 from tests.helpers import TRAINING_MODEL, training_options, write_training_corpus
 from tests.run.locking import run_directory_locked_by_child
 
@@ -468,6 +469,37 @@ def test_overwrite_that_fails_before_a_checkpoint_puts_the_old_run_back(
         )
     assert tree_bytes(run_dir) == before
     assert not list(tmp_path.glob("run.backup-*"))
+
+
+class ResourceExhaustedError(Exception):
+    """Named as TensorFlow's is."""
+
+
+class ExhaustAtBatch(keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        raise ResourceExhaustedError("OOM when allocating tensor with shape[9,9]")
+
+
+def test_a_real_out_of_memory_is_a_sentence_and_leaves_no_run(tmp_path, corpus_files):
+    # It was a traceback after the allocation failed.
+    run_dir = tmp_path / "run"
+    with pytest.raises(TrainingOutOfMemory) as info:
+        train(options(run_dir, corpus_files), callbacks=[ExhaustAtBatch()])
+    message = str(info.value)
+    assert "out of memory in training step 1 with --tokens-per-batch 1,024" in message
+    assert "to 512" in message and "was removed" in message
+    assert not run_dir.exists()
+
+
+def test_a_budget_the_machine_cannot_hold_is_refused_before_anything_is_built(
+    tmp_path, corpus_files, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    limit = (2 * 2**30 + 10**6, "its address-space limit (ulimit)")
+    monkeypatch.setattr(memory, "memory_limit", lambda: limit)
+    with pytest.raises(ValueError, match="--tokens-per-batch 1,024 would need about"):
+        train(options(run_dir, corpus_files))
+    assert not run_dir.exists()
 
 
 def _cli_train(run_dir, corpus_files, max_steps):
