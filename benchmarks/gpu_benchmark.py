@@ -42,6 +42,10 @@ def accelerator() -> str | None:
 
         gpus = [d for d in jax.devices() if d.platform == "gpu"]
         return gpus[0].device_kind if gpus else None
+    if keras.backend.backend() == "torch":
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -50,11 +54,16 @@ def accelerator() -> str | None:
     return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
 
 
+def compiled() -> bool:
+    return keras.backend.backend() != "torch"
+
+
 def train(args, config) -> dict:
     options = training.TrainOptions(precision=args.precision)
     model = training.build_model(options, config)
-    # The same optimizer, loss and metrics as `train`, with XLA.
-    training.compile_model(model, config, options, jit_compile=True)
+    # The same optimizer, loss and metrics as `train`, with XLA (torch: eager,
+    # as its `fit` runs by default).
+    training.compile_model(model, config, options, jit_compile=compiled())
     rows = max(8, args.tokens_per_step // args.length // 8 * 8)
     rng = np.random.default_rng(0)
     ids = rng.integers(4, config.vocab_size, (rows, args.length)).astype(np.int32)
@@ -122,7 +131,7 @@ def main() -> None:
     sentences = decode(args, config)
     print(
         f"\nbackend {keras.backend.backend()}, device {device or 'CPU'}, "
-        f"{args.preset}, {args.precision}, XLA\n"
+        f"{args.preset}, {args.precision}, {'XLA' if compiled() else 'eager'}\n"
         f"| batch | step time | target tok/s | model TFLOP/s | MFU vs "
         f"{args.peak_tflops:g} | measured matmul TFLOP/s | beam-4 sentences/s "
         f"(batch {args.decode_batch}, {args.length} -> {2 * args.length} tokens) "
