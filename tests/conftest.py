@@ -59,6 +59,7 @@ def _compilation_cache(tmp_path_factory):
 BACKEND_NEUTRAL = (
     "tests/data/",
     "tests/utils/test_atomic_files.py",
+    "tests/utils/test_console.py",
     "tests/test_backend_parity.py",
     "tests/test_config.py",
     "tests/training/test_options.py",

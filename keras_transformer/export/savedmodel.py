@@ -247,6 +247,9 @@ class SavedModelTranslator:
 
 
 def _child_main(argv: list[str]) -> int:
+    from keras_transformer.registry import register_keras_objects
+
+    register_keras_objects()  # model.keras names the package's classes.
     request = json.loads(argv[0])
     try:
         _require_tensorflow()

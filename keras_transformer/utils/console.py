@@ -79,4 +79,8 @@ def is_command_line() -> bool:
     """Whether this process is `keras-transformer` or `python -m
     keras_transformer` (while the package is being imported)."""
     name = os.path.basename(sys.argv[0]) if sys.argv else ""
-    return name == "keras-transformer" or name == "-m"
+    if name == "-m":  # `python -m M` while M's packages import: M itself?
+        argv = getattr(sys, "orig_argv", [])
+        module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
+        return module == "keras_transformer"
+    return name == "keras-transformer"
