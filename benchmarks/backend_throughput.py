@@ -42,7 +42,8 @@ MATMUL_SHAPES = ((2048, 256, 1024), (2048, 1024, 256), (2048, 512, 2048))
 BATCHES = {"tiny": (64, 32), "small": (64, 32), "base": (32, 32)}
 
 
-def child(size: str, vocab_size: int, windows: int, steps: int) -> dict:
+def compiled_model(size: str, vocab_size: int):
+    """The model of `size`, compiled as `train` compiles it, and its batch."""
     import keras
     import numpy as np
 
@@ -54,6 +55,12 @@ def child(size: str, vocab_size: int, windows: int, steps: int) -> dict:
     model = build_transformer(config)
     training.compile_model(model, config, training.TrainOptions())
     ids = np.random.default_rng(0).integers(4, vocab_size, (rows, length), np.int32)
+    return model, ids
+
+
+def training_windows(model, ids, windows: int, steps: int) -> list[float]:
+    """Seconds of `windows` windows of `steps` updates on one batch, after a
+    warm-up update that compiles."""
     inputs = {"source_ids": ids, "target_ids": ids}
 
     def window(count: int) -> float:
@@ -62,8 +69,17 @@ def child(size: str, vocab_size: int, windows: int, steps: int) -> dict:
             model.train_on_batch(inputs, ids)
         return time.perf_counter() - start
 
-    window(1)  # compile and warm up
-    seconds = [window(steps) for _ in range(windows)]
+    window(1)
+    return [window(steps) for _ in range(windows)]
+
+
+def child(size: str, vocab_size: int, windows: int, steps: int) -> dict:
+    import keras
+
+    model, ids = compiled_model(size, vocab_size)
+    rows, length = ids.shape
+    config = model.config
+    seconds = training_windows(model, ids, windows, steps)
     flops = training_flops(config, rows, length, length) / (rows * length)
     return {
         "backend": keras.backend.backend(),

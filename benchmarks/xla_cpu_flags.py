@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine_line, run_child, write_section  # noqa: E402
+from backend_throughput import BATCHES  # noqa: E402
 
 # The flag sets (docs/benchmarks.md says what each turns off or on).
 NO_XNNPACK = (
@@ -40,37 +41,16 @@ FLAG_SETS = {
     "jax, no XNNPACK/YNNPACK dots": NO_XNNPACK,
     "jax, oneDNN dots": ONEDNN,
 }
-BATCHES = {"tiny": (64, 32), "small": (64, 32), "base": (32, 32)}
 
 
 def child(size: str, vocab_size: int, windows: int, steps: int) -> dict:
-    import keras
-    import numpy as np
+    from backend_throughput import compiled_model, training_windows
     from decoding_throughput import NoEosModel
 
-    from keras_transformer import (
-        SequenceGenerator,
-        TransformerConfig,
-        build_transformer,
-        training,
-    )
+    from keras_transformer import SequenceGenerator
 
-    rows, length = BATCHES[size]
-    config = TransformerConfig.preset(size, vocab_size=vocab_size)
-    keras.utils.set_random_seed(0)
-    model = build_transformer(config)
-    training.compile_model(model, config, training.TrainOptions())
-    ids = np.random.default_rng(0).integers(4, vocab_size, (rows, length), np.int32)
-    inputs = {"source_ids": ids, "target_ids": ids}
-
-    def train_window(count: int) -> float:
-        start = time.perf_counter()
-        for _ in range(count):
-            model.train_on_batch(inputs, ids)
-        return time.perf_counter() - start
-
-    train_window(1)  # compile and warm up
-    train_seconds = [train_window(steps) for _ in range(windows)]
+    model, ids = compiled_model(size, vocab_size)
+    train_seconds = training_windows(model, ids, windows, steps)
     generator = SequenceGenerator(NoEosModel(model), beam_size=4, max_extra_length=16)
     source = ids[:16, :16]
     generator(source)  # compile
@@ -81,7 +61,7 @@ def child(size: str, vocab_size: int, windows: int, steps: int) -> dict:
         return time.perf_counter() - start
 
     return {
-        "tokens_per_window": rows * length * steps,
+        "tokens_per_window": ids.size * steps,
         "train_seconds": train_seconds,
         "decode_sentences": len(source),
         "decode_seconds": [decode_window() for _ in range(windows)],
@@ -140,7 +120,6 @@ def main() -> None:
             os.environ.pop("XLA_FLAGS", None)
             if flags is not None:
                 os.environ["XLA_FLAGS"] = flags
-            os.environ["KERAS_TRANSFORMER_XLA_DEFAULTS"] = "0"  # Ours off: raw sets.
             command = [sys.executable, __file__, "--child", args.size]
             command += ["--vocab-size", str(args.vocab_size)]
             command += ["--windows", str(args.windows), "--steps", str(args.steps)]
@@ -150,8 +129,9 @@ def main() -> None:
     if user_flags is not None:
         os.environ["XLA_FLAGS"] = user_flags
     text = (
-        f"`python benchmarks/xla_cpu_flags.py --size {args.size} --rounds "
-        f"{args.rounds} --windows {args.windows} --steps {args.steps}` on "
+        f"`python benchmarks/xla_cpu_flags.py --size {args.size} --vocab-size "
+        f"{args.vocab_size} --rounds {args.rounds} --windows {args.windows} "
+        f"--steps {args.steps}` on "
         f"{machine_line()}. `{args.size}`, vocabulary {args.vocab_size:,}, "
         f"float32, one fixed batch of {BATCHES[args.size][0]} x "
         f"{BATCHES[args.size][1]} tokens, compiled as `train` compiles it; beam 4 "
