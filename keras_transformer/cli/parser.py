@@ -34,12 +34,12 @@ keras-transformer average --run-dir R --last 5
 keras-transformer serve --run-dir R          # http://127.0.0.1:8080/
 
 Exit status: 0 done; 1 training diverged (NaN or Inf loss; the message names
-the step) or ran out of memory (it names the flag to lower); 2 bad input or settings, or a run directory in use by another
-`train` (nothing was trained); 74 a file of the run or of a store could not
-be written, a full disk (the message names the file; the earlier
-checkpoints are intact, and nothing of a new store is kept: free space and
-run it again); 75 training was stopped by SIGTERM or Ctrl-C after saving a
-checkpoint: run it again to resume.
+the step) or ran out of memory (it names the flag to lower); 2 bad input or
+settings, or a run directory in use by another `train` (nothing was trained);
+74 a file of the run or of a store could not be written, a full disk (the
+message names the file; the earlier checkpoints are intact, and nothing of a
+new store is kept: free space and run it again); 75 training was stopped by
+SIGTERM or Ctrl-C after saving a checkpoint: run it again to resume.
 """
 
 _FALSE, _TRUE = {"false", "0", "no", "off"}, {"true", "1", "yes", "on"}

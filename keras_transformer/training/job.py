@@ -144,19 +144,7 @@ class _Job:
         )
         self.config = model_config(options, self.tokenizer)
         self._check_stored_config()
-        # The final test decode's beam: an impossible one is refused now, not
-        # after every step has been trained.
-        SearchSettings(beam_size=options.beam_size).check_vocabulary(
-            self.config.vocab_size
-        )
-        if not backend_gpus():  # A GPU's memory is the backend's to report.
-            train_pairs = self.store.manifest["splits"]["train"]["pairs"]
-            check_memory(
-                self.config,
-                options.tokens_per_batch,
-                options.max_length,
-                capacity=train_pairs * options.max_length,
-            )
+        self._check_what_needs_the_model()
         self.data = store_batches(options, self.store, self.plan)
         self.model = build_model(options, self.config, plan)
         self.extra_callbacks = list(extra_callbacks)
@@ -173,6 +161,25 @@ class _Job:
                     f"{self.run.config_path} differs from the model these settings "
                     "build (was it edited?); pass --overwrite to start afresh."
                 )
+
+    def _check_what_needs_the_model(self) -> None:
+        """Settings that the model's sizes make impossible, refused before
+        anything is built rather than after (or during) training."""
+        options = self.options
+        # The final test decode's beam, which used to fail after every step.
+        SearchSettings(beam_size=options.beam_size).check_vocabulary(
+            self.config.vocab_size
+        )
+        if backend_gpus():  # A GPU's memory is the backend's to report.
+            return
+        # This process holds its shard of each global batch.
+        train_pairs = self.store.manifest["splits"]["train"]["pairs"]
+        check_memory(
+            self.config,
+            options.tokens_per_batch // self.plan.num_shards,
+            options.max_length,
+            capacity=train_pairs * options.max_length,
+        )
 
     # -- phase 2: the run's files ---------------------------------------------------
 
