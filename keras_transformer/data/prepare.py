@@ -83,6 +83,7 @@ from keras_transformer.utils import console
 from keras_transformer.utils.atomic_files import (
     PARTIAL_MARK,
     atomic_directory,
+    backup_path,
 )
 from keras_transformer.utils.user_cache import user_cache_root
 
@@ -222,7 +223,7 @@ def prepare_store(
         if store is not None:
             return store
         _remove_partials(inputs.out)
-        aside = _backup_path(inputs.out) if options.out is not None else None
+        aside = backup_path(inputs.out) if options.out is not None else None
         atomic_directory(
             inputs.out,
             lambda staging: _write_store(staging, inputs, options, log),
@@ -260,17 +261,6 @@ def _remove_partials(out: Path) -> None:
     held: no other process writes them)."""
     for path in out.parent.glob(f".{out.name}{PARTIAL_MARK}-*"):
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _backup_path(out: Path) -> Path:
-    """Where `--overwrite` moves the store it replaces (as `train
-    --overwrite` moves a run): `<out>.backup-<time>`, never an existing name."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    backup, suffix = out.with_name(f"{out.name}.backup-{stamp}"), 1
-    while backup.exists():
-        suffix += 1
-        backup = out.with_name(f"{out.name}.backup-{stamp}-{suffix}")
-    return backup
 
 
 def _not_a_store(out: Path) -> StoreError:

@@ -49,7 +49,11 @@ from typing import Any
 from keras_transformer.config import TransformerConfig
 from keras_transformer.run import checkpoints
 from keras_transformer.run.checkpoints import RunWriteError, is_intact, list_checkpoints
-from keras_transformer.utils.atomic_files import atomic_write_text, atomic_write_with
+from keras_transformer.utils.atomic_files import (
+    atomic_write_text,
+    atomic_write_with,
+    backup_path,
+)
 from keras_transformer.version import __version__
 
 MANIFEST = "manifest.json"
@@ -258,12 +262,7 @@ class RunDirectory:
 
     def set_aside(self) -> Path:
         """Move the whole directory to `<run>.backup-<time>`; return it."""
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        backup = self.path.with_name(f"{self.path.name}.backup-{stamp}")
-        suffix = 1
-        while backup.exists():
-            suffix += 1
-            backup = self.path.with_name(f"{self.path.name}.backup-{stamp}-{suffix}")
+        backup = backup_path(self.path)
         self.path.rename(backup)
         return backup
 

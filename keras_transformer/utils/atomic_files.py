@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -96,3 +97,14 @@ def atomic_directory(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def backup_path(path: Path) -> Path:
+    """A free name beside `path` to move it aside to: `<path>.backup-<time>`
+    (`train --overwrite` moves a run there, `prepare --overwrite` a store)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    backup, suffix = path.with_name(f"{path.name}.backup-{stamp}"), 1
+    while backup.exists():
+        suffix += 1
+        backup = path.with_name(f"{path.name}.backup-{stamp}-{suffix}")
+    return backup
