@@ -76,7 +76,7 @@ def unused_gpus_warning() -> str | None:
     return (
         f"warning: nvidia-smi lists {len(listed)} GPU(s) ({listed[0]}"
         f"{', ...' if len(listed) > 1 else ''}) but the {backend} backend sees "
-        f'none: this runs on the CPU.{fix} (README, "Install").'
+        f"none: this runs on the CPU.{fix} (docs/install.md)."
     )
 
 
@@ -101,5 +101,5 @@ def check_mirrored_devices(devices: Sequence[str]) -> None:
         f"{keras.backend.backend()} backend found {len(devices)}: {found}. "
         "Use --distribute auto (or none) on one device, --cpu-devices N to "
         "split the CPU, or on GPUs install the backend's CUDA build "
-        '(README, "Install").'
+        "(docs/install.md)."
     )

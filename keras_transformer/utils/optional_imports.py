@@ -1,7 +1,7 @@
 """Optional packages: import one, or say which extra of ours installs it.
 
 Each backend and each feature with a package of its own is an extra of
-``keras-transformer`` (README, "Install"). Code that needs such a package
+``keras-transformer`` (docs/install.md). Code that needs such a package
 calls ``require("ctranslate2", "serve")`` instead of a bare import, so a user
 missing it reads ``pip install 'keras-transformer[serve]'`` rather than a
 ModuleNotFoundError from deep inside. This module imports nothing heavy: the
