@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create a virtual environment (if missing) and install keras-transformer into
-# it, editable, with the extras asked for (README, "Install").
+# it, editable, with the extras asked for (docs/install.md).
 # Usage: bash scripts/setup.sh [--venv DIR] [--extras LIST] [--gpu BACKEND]
 #   --venv DIR       the environment (default .venv)
 #   --extras LIST    comma-separated extras (default dev: both CPU backends,
