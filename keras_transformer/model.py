@@ -26,7 +26,7 @@ from keras_transformer.layers import (
     ScaledEmbedding,
     SinusoidalPositionalEncoding,
 )
-from keras_transformer.metrics import TOKEN_LOSS
+from keras_transformer.metrics import with_token_loss
 from keras_transformer.version import __version__
 
 
@@ -291,16 +291,9 @@ class Transformer(keras.Model):
         return _logits(parts, y), new_cache
 
     def get_metrics_result(self) -> dict[str, Any]:
-        """Metric values for logs; `loss` is per token when it can be.
-
-        Keras logs `loss` as a row-weighted mean of per-batch loss values.
-        Compiled with a `TokenCrossEntropy` metric, the model reports that
-        metric's per-token value as `loss` (and so `val_loss`) instead.
-        """
-        results = dict(super().get_metrics_result())
-        if TOKEN_LOSS in results:
-            results["loss"] = results.pop(TOKEN_LOSS)
-        return results
+        """Metric values for logs; `loss` is per token when it can be
+        (see `metrics.with_token_loss`)."""
+        return with_token_loss(super().get_metrics_result())
 
     def get_config(self) -> dict[str, Any]:
         return {

@@ -149,6 +149,16 @@ def _translator(args: argparse.Namespace):
     from keras_transformer.decoding.translator import Translator
 
     settings = _search_settings(args)  # Refused before the model loads.
+    if args.preset:
+        if args.run_dir or args.model:
+            given = "--run-dir" if args.run_dir else "--model"
+            raise ValueError(f"--preset and {given} both name a model: pass one.")
+        from keras_transformer.task.seq2seq_lm import TransformerSeq2SeqLM
+
+        task = TransformerSeq2SeqLM.from_preset(args.preset)
+        return Translator(task.backbone, task.tokenizer, settings)
+    if not args.run_dir:
+        raise ValueError(f"{args.command} needs --run-dir (a trained run) or --preset.")
     run = _run(args).open_for_inference(args.model)
     return Translator(run.model, run.tokenizer, settings)
 
@@ -179,7 +189,7 @@ def _refuse_with_hyp(args: argparse.Namespace) -> None:
     """`evaluate --hyp` translates nothing: a flag for translating would be
     ignored without a word, so it is an error."""
     # --run-dir alone is harmless: it may name the run the file came from.
-    given = [flag for flag in ("src", "model") if getattr(args, flag)]
+    given = [flag for flag in ("src", "model", "preset") if getattr(args, flag)]
     settings = _search_settings(args)
     given += [
         field.name
@@ -267,6 +277,12 @@ def _export(args: argparse.Namespace) -> int:
     ):
         if value is not None:
             raise ValueError(f"{flag} applies to --format ctranslate2 only.")
+    if args.format == "preset":
+        from keras_transformer.export.preset import export_preset
+
+        path = export_preset(args.run_dir, args.out, settings, model=args.model)
+        print(f"Preset written to {path} (TransformerSeq2SeqLM.from_preset, --preset)")
+        return 0
     from keras_transformer.export import export_translator
 
     path = export_translator(args.run_dir, args.out, settings, model=args.model)

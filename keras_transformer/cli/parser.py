@@ -218,12 +218,22 @@ def _add_data_arguments(parser: argparse.ArgumentParser, *, store: bool) -> None
     )
 
 
-def _add_decoding_arguments(parser: argparse.ArgumentParser, required=True) -> None:
+def _add_decoding_arguments(
+    parser: argparse.ArgumentParser, required=True, preset=False
+) -> None:
     from keras_transformer.decoding.settings import SearchSettings
 
-    parser.add_argument(
-        "--run-dir", required=required, help="the trained run directory"
-    )
+    if preset:  # --run-dir or --preset: checked when the command runs.
+        parser.add_argument("--run-dir", help="the trained run directory")
+        parser.add_argument(
+            "--preset",
+            help="a preset directory (export --format preset, or "
+            "TransformerSeq2SeqLM.save_to_preset), instead of --run-dir",
+        )
+    else:
+        parser.add_argument(
+            "--run-dir", required=required, help="the trained run directory"
+        )
     parser.add_argument(
         "--model",
         help="a .keras file (default: RUN_DIR/model.keras, else its newest checkpoint)",
@@ -284,15 +294,17 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_translate_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_decoding_arguments(parser)
+    _add_decoding_arguments(parser, preset=True)
     parser.add_argument("--input", help="file to translate (default: stdin)")
     _add_lenient_argument(parser)
 
 
 def _add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_decoding_arguments(parser, required=False)
+    _add_decoding_arguments(parser, preset=True)
     _add_lenient_argument(parser)
-    parser.add_argument("--src", help="source file to translate (needs --run-dir)")
+    parser.add_argument(
+        "--src", help="source file to translate (needs --run-dir or --preset)"
+    )
     parser.add_argument(
         "--hyp", help="score this file of translations instead (no model needed)"
     )
@@ -323,11 +335,12 @@ def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--format",
-        choices=("savedmodel", "ctranslate2"),
+        choices=("savedmodel", "ctranslate2", "preset"),
         default="savedmodel",
-        help="savedmodel (TensorFlow serving, search inside) or ctranslate2 "
+        help="savedmodel (TensorFlow serving, search inside), ctranslate2 "
         "(weights for CTranslate2; the search settings are recorded in "
-        "export.json) (default: savedmodel)",
+        "export.json) or preset (keras-hub's layout, for "
+        "TransformerSeq2SeqLM.from_preset and --preset) (default: savedmodel)",
     )
     parser.add_argument(
         "--quantization",
@@ -367,7 +380,8 @@ COMMANDS = {
     "evaluate": ("translate and score", None, _add_evaluate_arguments),
     "average": ("average the last checkpoints", None, _add_average_arguments),
     "export": (
-        "export a text-in, text-out TensorFlow SavedModel, or a CTranslate2 model",
+        "export a text-in, text-out TensorFlow SavedModel, a CTranslate2 model "
+        "or a preset",
         None,
         _add_export_arguments,
     ),

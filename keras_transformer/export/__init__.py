@@ -3,6 +3,8 @@
 - `savedmodel`: a text-in, text-out TensorFlow SavedModel
   (`export_translator`); `savedmodel_graph` builds its TensorFlow graph.
 - `ctranslate2`: a CTranslate2 model directory (`export_ctranslate2`).
+- `preset`: a preset directory in keras-hub's layout (`export_preset`),
+  which `TransformerSeq2SeqLM.from_preset` and `--preset` load.
 - `common`: what the targets share: opening the run, the output
   directory, the record each export writes beside its files.
 - `options`: the choices and defaults of the export flags (light: the
@@ -25,6 +27,7 @@ _EXPORTS = {
     "IDS_ONLY": ".savedmodel",
     "SIGNATURES": ".savedmodel",
     "export_translator": ".savedmodel",
+    "export_preset": ".preset",
 }
 
 __all__ = sorted(_EXPORTS)

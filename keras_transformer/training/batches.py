@@ -141,22 +141,48 @@ def _batches(
     plan: DistributionPlan | None,
     buckets: Sequence[int],
 ) -> TrainingData:
-    plan = plan or DistributionPlan("none")
-    buckets = bucket_lengths(options.max_length, buckets)
-    common = dict(
+    return token_budget_batches(
+        train,
+        valid,
+        origin,
         tokens_per_batch=options.tokens_per_batch,
+        max_length=options.max_length,
+        seed=options.seed,
+        accumulation_steps=options.accumulation_steps,
+        plan=plan,
+        buckets=buckets,
+    )
+
+
+def token_budget_batches(
+    train: TokenPairs,
+    valid: TokenPairs | None,
+    origin: str,
+    *,
+    tokens_per_batch: int,
+    max_length: int,
+    seed: int = 0,
+    accumulation_steps: int = 1,
+    plan: DistributionPlan | None = None,
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+) -> TrainingData:
+    """Training batches (shuffled, weighted) of `train` and validation
+    batches of `valid`, padded to the lengths of `buckets` up to
+    `max_length`; `origin` names the data in errors."""
+    plan = plan or DistributionPlan("none")
+    buckets = bucket_lengths(max_length, buckets)
+    common = dict(
+        tokens_per_batch=tokens_per_batch,
         buckets=buckets,
         row_multiple=plan.num_replicas,
         shard_index=plan.shard_index,
         num_shards=plan.num_shards,
     )
-    _check_budget(
-        options.tokens_per_batch, len(train), buckets[-1], origin, plan.num_replicas
-    )
+    _check_budget(tokens_per_batch, len(train), buckets[-1], origin, plan.num_replicas)
     batches = BucketedBatches(
         pairs=train,
-        seed=options.seed,
-        accumulation_steps=options.accumulation_steps,
+        seed=seed,
+        accumulation_steps=accumulation_steps,
         **common,
     )
     if valid is None:
@@ -171,7 +197,7 @@ def _batches(
     valid_buckets = tuple(b for b in buckets if b < longest) + (
         min((b for b in buckets if b >= longest), default=longest),
     )
-    budget = max(options.tokens_per_batch, valid_buckets[-1] * plan.num_replicas)
+    budget = max(tokens_per_batch, valid_buckets[-1] * plan.num_replicas)
     valid_batches = BucketedBatches(
         pairs=valid,
         shuffle=False,

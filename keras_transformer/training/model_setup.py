@@ -43,24 +43,34 @@ def compile_model(
 
     `compile_options` go to `model.compile` (for example `jit_compile=True`
     for XLA on TensorFlow, or `metrics=None` for the loss alone)."""
-    schedule = TransformerSchedule(
-        config.d_model, config.warmup_steps, scale=options.learning_rate_scale
+    paper = paper_compile_arguments(
+        config, options.learning_rate_scale, options.accumulation_steps
     )
-    compile_options.setdefault(
-        "metrics",
-        [
+    model.compile(**{**paper, **compile_options})
+
+
+def paper_compile_arguments(
+    config: TransformerConfig,
+    learning_rate_scale: float = 1.0,
+    accumulation_steps: int = 1,
+) -> dict[str, Any]:
+    """The paper's `optimizer` (Adam(0.9, 0.98, 1e-9) with the warmup
+    schedule), label-smoothed `loss` and the per-token `metrics`, as
+    `model.compile` arguments."""
+    schedule = TransformerSchedule(
+        config.d_model, config.warmup_steps, scale=learning_rate_scale
+    )
+    return {
+        "optimizer": transformer_optimizer(
+            schedule, gradient_accumulation_steps=accumulation_steps
+        ),
+        "loss": LabelSmoothedCrossEntropy(config.label_smoothing),
+        "metrics": [
             TokenCrossEntropy(config.label_smoothing),
             TokenPerplexity(),
             MaskedTokenAccuracy(),
         ],
-    )
-    model.compile(
-        optimizer=transformer_optimizer(
-            schedule, gradient_accumulation_steps=options.accumulation_steps
-        ),
-        loss=LabelSmoothedCrossEntropy(config.label_smoothing),
-        **compile_options,
-    )
+    }
 
 
 def build_model(

@@ -1,0 +1,60 @@
+"""A trained run as a preset directory (keras-hub's layout; see `task.preset_files`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.export.common import open_run
+from keras_transformer.task.preprocessor import TransformerPreprocessor
+from keras_transformer.task.seq2seq_lm import TransformerSeq2SeqLM
+
+
+def export_preset(
+    run_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    settings: SearchSettings,
+    *,
+    model: str | os.PathLike | None = None,
+) -> Path:
+    """Write the run's model (`model`, else the final model, else the newest
+    checkpoint) with its tokenizer, `settings` and the run's batch settings
+    as a preset in `out` (which must not exist, or be empty)."""
+    run = open_run(run_dir, Path(out), model, load_model=True)
+    manifest = run.run.manifest() or {}
+    options = manifest.get("options", {})
+    batching = {
+        name: options[name]
+        for name in ("max_length", "tokens_per_batch", "seed")
+        if isinstance(options.get(name), int)
+    }
+    task = TransformerSeq2SeqLM(
+        run.model,
+        TransformerPreprocessor(run.tokenizer, **batching),
+        settings,
+        training_data=training_data(manifest),
+    )
+    return task.save_to_preset(out)
+
+
+def training_data(manifest: dict[str, Any]) -> str | None:
+    """The corpus of a run's manifest in words, or None if it names none."""
+    data = manifest.get("identity", {}).get("data")
+    if not isinstance(data, dict) or not data.get("name"):
+        return None
+    name = data["name"]
+    where = {
+        "builtin": f"{data.get('builtin_size')} generated pairs, seed "
+        f"{data.get('builtin_seed')}",
+        "files": ", ".join(
+            f"{split}: {' | '.join(paths)}" for split, paths in data["files"].items()
+        )
+        if isinstance(data.get("files"), dict)
+        else None,
+    }.get(name, data.get("data_dir"))
+    fingerprint = data.get("fingerprint")
+    parts = [name, f"({where})" if where else None]
+    parts.append(f"fingerprint {fingerprint[:12]}" if fingerprint else None)
+    return " ".join(part for part in parts if part)

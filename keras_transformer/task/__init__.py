@@ -1,0 +1,1 @@
+"""The task family: `TransformerSeq2SeqLM`, its preprocessor and its preset files."""

@@ -1,0 +1,235 @@
+"""`TransformerSeq2SeqLM`: fit on text pairs, generate, presets, compile."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import TransformerSeq2SeqLM
+from keras_transformer.cli import main
+from keras_transformer.losses import LabelSmoothedCrossEntropy
+from keras_transformer.schedules import TransformerSchedule
+from tests.task.conftest import SMALL
+
+SOURCES = ["the dog sleeps .", "", "the old man likes the garden .", "water ."]
+
+
+def weights_of(model):
+    return [np.array(keras.ops.convert_to_numpy(w)) for w in model.weights]
+
+
+def untrained(tokenizer, **changes):
+    keras.utils.set_random_seed(7)
+    return TransformerSeq2SeqLM.from_preset(
+        "tiny",
+        tokenizer=tokenizer,
+        tokens_per_batch=512,
+        max_length=32,
+        **SMALL,
+        **changes,
+    )
+
+
+def test_fit_on_text_pairs_moves_the_weights_and_lowers_the_loss(fitted, tokenizer):
+    task, history = fitted
+    losses = history.history["loss"]
+    assert len(losses) == 10
+    assert losses[-1] < losses[0] - 0.5
+    before = weights_of(untrained(tokenizer))
+    after = weights_of(task)
+    assert len(before) == len(after)
+    assert any(not np.allclose(a, b) for a, b in zip(before, after))
+
+
+def test_the_forms_of_text_pairs_give_the_same_training(pairs, tokenizer):
+    source, target = pairs
+    source, target = source[:80], target[:80]
+    results = []
+    for x, y in (
+        ((source, target), None),
+        (source, target),
+        (list(zip(source, target)), None),
+    ):
+        task = untrained(tokenizer)
+        task.compile()
+        history = task.fit(x=x, y=y, epochs=1, verbose=0)
+        results.append(history.history["loss"][0])
+    assert results[0] == pytest.approx(results[1]) == pytest.approx(results[2])
+
+
+def test_fit_on_a_tf_dataset_of_string_pairs(pairs, tokenizer):
+    tf = pytest.importorskip("tensorflow")
+    source, target = pairs
+    source, target = source[:80], target[:80]
+    task = untrained(tokenizer)
+    task.compile()
+    expected = task.fit(x=(source, target), epochs=1, verbose=0).history["loss"][0]
+    dataset = tf.data.Dataset.from_tensor_slices((source, target))
+    task = untrained(tokenizer)
+    task.compile()
+    got = task.fit(dataset, epochs=1, verbose=0).history["loss"][0]
+    assert got == pytest.approx(expected)
+
+
+def test_validation_data_as_text_pairs(pairs, tokenizer):
+    source, target = pairs
+    task = untrained(tokenizer)
+    task.compile()
+    history = task.fit(
+        x=(source[:60], target[:60]),
+        validation_data=(source[200:], target[200:]),
+        epochs=1,
+        verbose=0,
+    )
+    assert np.isfinite(history.history["val_loss"][0])
+    assert "val_token_accuracy" in history.history
+
+
+def test_fit_refuses_a_batch_size_and_names_tokens_per_batch(pairs, tokenizer):
+    task = untrained(tokenizer)
+    task.compile()
+    with pytest.raises(ValueError, match="tokens_per_batch"):
+        task.fit(x=pairs, batch_size=32, epochs=1, verbose=0)
+
+
+def test_fit_refuses_lists_of_different_lengths(pairs, tokenizer):
+    source, target = pairs
+    task = untrained(tokenizer)
+    task.compile()
+    with pytest.raises(ValueError, match="240 source texts but 239 target texts"):
+        task.fit(x=(source, target[:-1]), epochs=1, verbose=0)
+
+
+def test_fit_names_a_text_that_is_not_a_string(pairs, tokenizer):
+    source, target = pairs
+    task = untrained(tokenizer)
+    task.compile()
+    with pytest.raises(TypeError, match="target text 3 is a int"):
+        task.fit(x=(source[:5], target[:3] + [7, "x"]), epochs=1, verbose=0)
+
+
+def test_compile_without_arguments_is_the_papers(tokenizer):
+    task = untrained(tokenizer)
+    task.compile()
+    optimizer = task.optimizer
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
+    assert isinstance(optimizer._learning_rate, TransformerSchedule)
+    assert isinstance(task.loss, LabelSmoothedCrossEntropy)
+    assert task.loss.epsilon == 0.1
+    task.compile(optimizer="sgd", metrics=[])
+    assert isinstance(task.optimizer, keras.optimizers.SGD)
+    assert isinstance(task.loss, LabelSmoothedCrossEntropy)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_generate_equals_translate_on_the_exported_run(
+    fitted, tmp_path, capsys, beam_size
+):
+    """The fitted model saved as a run (tokenizer + model.keras), exported
+    with `export --format preset`, loaded back: `generate` equals
+    `translate --run-dir` and `translate --preset` line for line."""
+    task, _ = fitted
+    run = tmp_path / "run"
+    task.tokenizer.save(run / "tokenizer")
+    task.backbone.save(run / "model.keras")
+    preset = tmp_path / "preset"
+    assert (
+        main(
+            [
+                "export",
+                "--format",
+                "preset",
+                "--run-dir",
+                str(run),
+                "--out",
+                str(preset),
+            ]
+        )
+        == 0
+    )
+    source = tmp_path / "input.en"
+    source.write_text("".join(line + "\n" for line in SOURCES), encoding="utf-8")
+    outputs = {}
+    for flag, path in (("--run-dir", run), ("--preset", preset)):
+        capsys.readouterr()
+        argv = ["translate", flag, str(path), "--input", str(source)]
+        assert main(argv + ["--beam-size", str(beam_size)]) == 0
+        outputs[flag] = capsys.readouterr().out.split("\n")[:-1]
+    loaded = TransformerSeq2SeqLM.from_preset(preset)
+    generated = loaded.generate(SOURCES, beam_size=beam_size)
+    assert generated == outputs["--run-dir"] == outputs["--preset"]
+    assert generated == task.generate(SOURCES, beam_size=beam_size)
+    assert sum(bool(line) for line in generated) == 3  # the blank stays blank
+
+
+def test_fit_then_save_to_preset_then_from_preset_gives_the_same_outputs(
+    fitted, tmp_path
+):
+    task, _ = fitted
+    task.save_to_preset(tmp_path / "p")
+    loaded = TransformerSeq2SeqLM.from_preset(tmp_path / "p")
+    for a, b in zip(weights_of(task.backbone), weights_of(loaded.backbone)):
+        np.testing.assert_array_equal(a, b)
+    assert loaded.generate(SOURCES) == task.generate(SOURCES)
+    assert loaded.preprocessor.get_config() == task.preprocessor.get_config()
+
+
+def test_generate_takes_one_string_and_search_changes(fitted):
+    task, _ = fitted
+    one = task.generate("the dog sleeps .", beam_size=1)
+    assert isinstance(one, str)
+    assert one == task.generate(["the dog sleeps ."], beam_size=1)[0]
+    with pytest.raises(TypeError, match=r"texts\[1\] is a bytes"):
+        task.generate(["a", b"b"])
+    with pytest.raises(TypeError, match="beam_wdth"):
+        task.generate(["a"], beam_wdth=2)
+
+
+def test_a_keras_file_round_trip_keeps_the_tokenizer_and_the_outputs(fitted, tmp_path):
+    task, _ = fitted
+    task.save(tmp_path / "task.keras")
+    loaded = keras.saving.load_model(tmp_path / "task.keras")
+    assert type(loaded) is TransformerSeq2SeqLM
+    assert loaded.generate(SOURCES, beam_size=1) == task.generate(SOURCES, beam_size=1)
+    assert isinstance(loaded.loss, LabelSmoothedCrossEntropy)
+
+
+def test_from_a_configuration_name_needs_a_tokenizer_or_texts():
+    with pytest.raises(ValueError, match="pass tokenizer= .* or texts="):
+        TransformerSeq2SeqLM.from_preset("tiny")
+
+
+def test_from_a_configuration_name_learns_a_tokenizer_from_texts(pairs):
+    source, target = pairs
+    task = TransformerSeq2SeqLM.from_preset(
+        "tiny", texts=source + target, vocab_size=350, **SMALL
+    )
+    assert task.tokenizer.vocab_size == 350
+    assert task.backbone.config.vocab_size == 350
+    assert task.backbone.config.d_model == 32
+
+
+def test_overrides_that_are_no_setting_are_refused_by_name(tokenizer, fitted, tmp_path):
+    with pytest.raises(ValueError, match="d_modle=8 cannot be set"):
+        TransformerSeq2SeqLM.from_preset("tiny", tokenizer=tokenizer, d_modle=8)
+    with pytest.raises(ValueError, match="vocab_size is the tokenizer's"):
+        TransformerSeq2SeqLM.from_preset("tiny", tokenizer=tokenizer, vocab_size=9)
+    task, _ = fitted
+    task.save_to_preset(tmp_path / "p")
+    with pytest.raises(ValueError, match="d_model=64 cannot be set on the trained"):
+        TransformerSeq2SeqLM.from_preset(tmp_path / "p", d_model=64)
+    with pytest.raises(ValueError, match="brings its own tokenizer"):
+        TransformerSeq2SeqLM.from_preset(tmp_path / "p", tokenizer=tokenizer)
+    changed = TransformerSeq2SeqLM.from_preset(
+        tmp_path / "p", beam_size=2, dropout_rate=0.3
+    )
+    assert changed.search_settings.beam_size == 2
+    assert changed.backbone.config.dropout_rate == 0.3
+
+
+def test_generate_without_a_tokenizer_says_what_to_do(fitted):
+    task, _ = fitted
+    bare = TransformerSeq2SeqLM(task.backbone)
+    with pytest.raises(ValueError, match="generate needs the tokenizer"):
+        bare.generate(["a"])
