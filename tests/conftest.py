@@ -61,6 +61,7 @@ BACKEND_NEUTRAL = (
     "tests/utils/test_atomic_files.py",
     "tests/utils/test_console.py",
     "tests/test_backend_parity.py",
+    "tests/task/test_preset_backends.py",
     "tests/test_config.py",
     "tests/training/test_options.py",
     "tests/training/test_memory.py",
