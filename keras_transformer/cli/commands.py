@@ -149,18 +149,23 @@ def _translator(args: argparse.Namespace):
     from keras_transformer.decoding.translator import Translator
 
     settings = _search_settings(args)  # Refused before the model loads.
+    _check_model_source(args)
     if args.preset:
-        if args.run_dir or args.model:
-            given = "--run-dir" if args.run_dir else "--model"
-            raise ValueError(f"--preset and {given} both name a model: pass one.")
         from keras_transformer.task.seq2seq_lm import TransformerSeq2SeqLM
 
         task = TransformerSeq2SeqLM.from_preset(args.preset)
         return Translator(task.backbone, task.tokenizer, settings)
-    if not args.run_dir:
-        raise ValueError(f"{args.command} needs --run-dir (a trained run) or --preset.")
     run = _run(args).open_for_inference(args.model)
     return Translator(run.model, run.tokenizer, settings)
+
+
+def _check_model_source(args: argparse.Namespace) -> None:
+    """Exactly one of --run-dir and --preset (with --model only for a run)."""
+    if args.preset and (args.run_dir or args.model):
+        given = "--run-dir" if args.run_dir else "--model"
+        raise ValueError(f"--preset and {given} both name a model: pass one.")
+    if not args.preset and not args.run_dir:
+        raise ValueError(f"{args.command} needs --run-dir (a trained run) or --preset.")
 
 
 def _read_lines(path: str, args: argparse.Namespace) -> list[str]:
@@ -296,8 +301,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     names = (field.name for field in dataclasses.fields(ServeOptions))
     options = ServeOptions(**{name: getattr(args, name) for name in names})
+    _check_model_source(args)
+    if args.preset and args.export_dir:
+        raise ValueError("--preset and --export-dir both name the weights: pass one.")
     return serve(
         run_dir=args.run_dir,
+        preset=args.preset,
         engine=args.engine,
         settings=_search_settings(args),
         options=options,

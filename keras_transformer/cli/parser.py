@@ -254,7 +254,8 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     from keras_transformer.serving.options import ServeOptions
     from keras_transformer.serving.server import DEFAULT_HOST, DEFAULT_PORT
 
-    _add_decoding_arguments(parser)  # The search flags: a request's defaults.
+    # The search flags: a request's defaults.
+    _add_decoding_arguments(parser, preset=True)
     parser.add_argument(
         "--engine",
         choices=("keras", "ctranslate2", "savedmodel"),

@@ -1,4 +1,8 @@
-"""A trained run as a preset directory (keras-hub's layout; see `task.preset_files`)."""
+"""Runs and presets, each written as the other (preset layout: `task.preset_files`).
+
+A trained run as a preset directory in keras-hub's layout, and a preset as
+a run directory for what reads runs (`serve`'s engines).
+"""
 
 from __future__ import annotations
 
@@ -58,3 +62,14 @@ def training_data(manifest: dict[str, Any]) -> str | None:
     parts = [name, f"({where})" if where else None]
     parts.append(f"fingerprint {fingerprint[:12]}" if fingerprint else None)
     return " ".join(part for part in parts if part)
+
+
+def preset_as_run(preset: str | os.PathLike, directory: str | os.PathLike) -> Path:
+    """Write the preset's model and tokenizer as a run directory in
+    `directory` (`model.keras` and `tokenizer/`), for what reads runs: the
+    same weights, so the same translations."""
+    task = TransformerSeq2SeqLM.from_preset(preset)
+    run = Path(directory)
+    task.tokenizer.save(run / "tokenizer")
+    task.backbone.save(run / "model.keras")
+    return run

@@ -115,7 +115,7 @@ def default_threads(workers: int) -> int:
 
 def serve(
     *,
-    run_dir: str,
+    run_dir: str | None,
     engine: str,
     settings: SearchSettings,
     options: ServeOptions,
@@ -125,8 +125,10 @@ def serve(
     model: str | None = None,
     export_dir: str | None = None,
     access_log: bool = False,
+    preset: str | None = None,
 ) -> int:
-    """Serve the run in `run_dir` until SIGTERM or Ctrl-C; returns 0."""
+    """Serve the run in `run_dir` (or the `preset` directory) until SIGTERM
+    or Ctrl-C; returns 0."""
     from keras_transformer.utils.optional_imports import require
 
     check_host(host, allow_remote)
@@ -141,6 +143,10 @@ def serve(
     workers = decode_workers(engine, options.workers, keras.backend.backend())
     batch_size = options.max_batch_size or default_batch_size(engine)
     with tempfile.TemporaryDirectory(prefix="keras-transformer-serve-") as scratch:
+        if preset is not None:  # The engines read runs: the preset as one.
+            from keras_transformer.export.preset import preset_as_run
+
+            run_dir = str(preset_as_run(preset, Path(scratch) / "preset-run"))
         opened = open_engine(
             engine,
             run_dir,

@@ -1,0 +1,60 @@
+"""`keras-transformer serve --preset DIR`: a preset served as its run is,
+answers equal to `translate --preset`; and the flags that would name a
+second model are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from keras_transformer.cli import main
+from tests.serving.client import ServerProcess, make_run
+
+pytestmark = pytest.mark.slow
+
+EXTRA = 4
+TEXTS = ["the dog sleeps.", "", "the old man likes the garden.", "water."]
+
+
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve-preset")
+    run = make_run(folder / "run")
+    argv = ["export", "--format", "preset", "--run-dir", str(run)]
+    assert main([*argv, "--out", str(folder / "preset")]) == 0
+    return folder / "preset"
+
+
+def test_serve_a_preset_answers_as_translate_does(preset, tmp_path, capsys):
+    source = tmp_path / "input.txt"
+    source.write_text("".join(f"{line}\n" for line in TEXTS), encoding="utf-8")
+    argv = ["translate", "--preset", str(preset), "--input", str(source)]
+    assert main([*argv, "--max-extra-length", str(EXTRA), "--beam-size", "2"]) == 0
+    expected = capsys.readouterr().out.split("\n")[:-1]
+    assert len(expected) == 4 and expected[0]
+    server = ServerProcess(
+        ["--preset", str(preset), "--max-extra-length", str(EXTRA)], tmp_path / "log"
+    )
+    try:
+        assert server.translate(TEXTS, beam_size=2) == expected
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--run-dir", "R"], "--preset and --run-dir both name a model"),
+        (["--model", "m.keras"], "--preset and --model both name a model"),
+        (["--export-dir", "E"], "--preset and --export-dir both name the weights"),
+    ],
+)
+def test_serve_refuses_a_second_model_beside_the_preset(preset, capsys, flags, message):
+    assert main(["serve", "--preset", str(preset), *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_serve_needs_a_run_or_a_preset(capsys):
+    assert main(["serve"]) == 2
+    assert (
+        "serve needs --run-dir (a trained run) or --preset" in capsys.readouterr().err
+    )
