@@ -8,13 +8,16 @@ per-example preprocessing layer cannot see.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from keras_transformer.data.pipeline import DEFAULT_BUCKETS, encode_pairs
 from keras_transformer.data.text_files import ParallelCorpus
+from keras_transformer.task.preset_files import read_tokenizer
 from keras_transformer.training.batches import TrainingData, token_budget_batches
 from keras_transformer.training.options import TrainOptions
 from keras_transformer.utils.console import log
@@ -32,7 +35,8 @@ class TransformerPreprocessor:
     makes from the same pairs and settings.
 
     Args:
-        tokenizer: the joint `SubwordTokenizer`.
+        tokenizer: the joint `SubwordTokenizer` (None until
+            `load_preset_assets` reads it from a preset).
         max_length: longest training pair kept, in tokens. Defaults to
             `train`'s (128).
         tokens_per_batch: padded target tokens per batch. Defaults to
@@ -114,6 +118,11 @@ class TransformerPreprocessor:
             raise ValueError(f"{argument}: no text pairs.")
         lines = list(range(1, len(source) + 1))
         return ParallelCorpus(source, target, f"{argument} (text pairs)", lines)
+
+    def load_preset_assets(self, preset: str | os.PathLike) -> None:
+        """Read the tokenizer of a preset directory (keras-hub's loaders
+        call this after building a task from its `task.json`)."""
+        self.tokenizer = read_tokenizer(Path(preset))
 
     def get_config(self) -> dict[str, Any]:
         return {

@@ -250,6 +250,11 @@ def _search_settings(path: Path, task: dict[str, Any]) -> SearchSettings:
         raise ValueError(f"{path}: bad search settings ({error}).") from None
 
 
+def read_tokenizer(path: Path):
+    """The tokenizer of the preset in `path`, checked against its config."""
+    return _tokenizer(path, _backbone_config(path / CONFIG_FILE))
+
+
 def _tokenizer(path: Path, config: TransformerConfig):
     assets = path / TOKENIZER_ASSETS
     try:

@@ -186,7 +186,10 @@ class TransformerSeq2SeqLM(keras.Model):
         warmup schedule (times `learning_rate_scale`), label-smoothed loss
         and per-token metrics for what is not given (`metrics=[]`: none)."""
         paper = paper_compile_arguments(self.backbone.config, learning_rate_scale)
-        super().compile(
+        # Keras's own compile and fit, named: keras-hub's subclass
+        # (`task.hub`) inherits keras-hub's versions of both too.
+        keras.Model.compile(
+            self,
             optimizer=paper["optimizer"] if optimizer is None else optimizer,
             loss=paper["loss"] if loss is None else loss,
             metrics=paper["metrics"] if metrics is None else metrics,
@@ -204,7 +207,7 @@ class TransformerSeq2SeqLM(keras.Model):
         Anything else (batches of ids) goes to Keras unchanged."""
         pairs = _text_pairs(x, y)
         if pairs is None:
-            return super().fit(x, y, **kwargs)
+            return keras.Model.fit(self, x, y, **kwargs)
         self._need_preprocessor("fit on texts")
         if kwargs.get("batch_size") is not None:
             raise ValueError(
@@ -218,7 +221,9 @@ class TransformerSeq2SeqLM(keras.Model):
         if validation_pairs is not None:
             validation = data.valid.for_fit() if data.valid is not None else None
         kwargs.setdefault("shuffle", False)  # The batches shuffle themselves.
-        return super().fit(data.train.for_fit(), validation_data=validation, **kwargs)
+        return keras.Model.fit(
+            self, data.train.for_fit(), validation_data=validation, **kwargs
+        )
 
     def compile_from_config(self, config: dict[str, Any]) -> None:
         """Recompile a loaded `.keras` model with what it was compiled with
@@ -253,7 +258,7 @@ class TransformerSeq2SeqLM(keras.Model):
         return outputs[0] if single else outputs
 
     def _need_preprocessor(self, what: str) -> None:
-        if self.preprocessor is None:
+        if self.tokenizer is None:
             raise ValueError(
                 f"{what} needs the tokenizer: build the model with "
                 "preprocessor=TransformerPreprocessor(tokenizer), or load it "
@@ -278,22 +283,24 @@ class TransformerSeq2SeqLM(keras.Model):
     def from_config(cls, config: dict[str, Any]) -> TransformerSeq2SeqLM:
         config = dict(config)
         backbone = keras.saving.deserialize_keras_object(config.pop("backbone"))
-        preprocessor = config.pop("preprocessor", None)
+        settings = config.pop("preprocessor", None)
+        if isinstance(settings, dict) and "config" in settings:  # a task.json
+            settings = settings["config"]
         search = SearchSettings.from_dict(config.pop("search", {}))
-        model = cls(backbone, None, search, **config)
-        # `load_assets` gives it the tokenizer the `.keras` file holds.
-        model._preprocessor_config = preprocessor
-        return model
+        # Its tokenizer comes with the assets: `load_assets` (a `.keras`
+        # file) or `load_preset_assets` (keras-hub's preset loader).
+        preprocessor = None
+        if settings is not None:
+            preprocessor = TransformerPreprocessor(None, **settings)
+        return cls(backbone, preprocessor, search, **config)
 
     def save_assets(self, dir_path: str) -> None:
         if self.tokenizer is not None:
             self.tokenizer.save(Path(dir_path) / "tokenizer")
 
     def load_assets(self, dir_path: str) -> None:
-        settings = getattr(self, "_preprocessor_config", None)
-        if settings is not None and (Path(dir_path) / "tokenizer").is_dir():
-            tokenizer = load_tokenizer(Path(dir_path) / "tokenizer")
-            self.preprocessor = TransformerPreprocessor(tokenizer, **settings)
+        if self.preprocessor is not None and (Path(dir_path) / "tokenizer").is_dir():
+            self.preprocessor.tokenizer = load_tokenizer(Path(dir_path) / "tokenizer")
 
 
 def _split_overrides(
