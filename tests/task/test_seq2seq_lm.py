@@ -190,7 +190,7 @@ def test_a_keras_file_round_trip_keeps_the_tokenizer_and_the_outputs(fitted, tmp
     task, _ = fitted
     task.save(tmp_path / "task.keras")
     loaded = keras.saving.load_model(tmp_path / "task.keras")
-    assert type(loaded) is TransformerSeq2SeqLM
+    assert isinstance(loaded, TransformerSeq2SeqLM)  # or keras-hub's subclass
     assert loaded.generate(SOURCES, beam_size=1) == task.generate(SOURCES, beam_size=1)
     assert isinstance(loaded.loss, LabelSmoothedCrossEntropy)
 
