@@ -121,3 +121,24 @@ def test_an_existing_preset_is_kept_unless_overwrite_moves_it_aside(fitted, tmp_
     assert (target / "config.json").is_file()
     (backup,) = tmp_path.glob("p.backup-*")
     assert (backup / "mine.txt").read_text() == "keep me"
+
+
+def test_an_exported_run_names_its_training_data():
+    from keras_transformer.export.preset import training_data
+
+    manifest = {
+        "identity": {
+            "data": {
+                "name": "multi30k",
+                "data_dir": "/data/multi30k",
+                "fingerprint": "b0cd8724149d95b4fddcf3d9",
+            }
+        }
+    }
+    assert (
+        training_data(manifest) == "multi30k (/data/multi30k) fingerprint b0cd8724149d"
+    )
+    builtin = {"identity": {"data": {"name": "builtin", "builtin_size": 20000,
+                                     "builtin_seed": 1234}}}  # fmt: skip
+    assert training_data(builtin) == "builtin (20000 generated pairs, seed 1234)"
+    assert training_data({}) is None

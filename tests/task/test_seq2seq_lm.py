@@ -233,3 +233,16 @@ def test_generate_without_a_tokenizer_says_what_to_do(fitted):
     bare = TransformerSeq2SeqLM(task.backbone)
     with pytest.raises(ValueError, match="generate needs the tokenizer"):
         bare.generate(["a"])
+
+
+def test_evaluate_takes_a_preset(fitted, tmp_path, capsys):
+    task, _ = fitted
+    preset = task.save_to_preset(tmp_path / "p")
+    source, reference = tmp_path / "src.en", tmp_path / "ref.de"
+    source.write_text("the dog sleeps .\nwater .\n", encoding="utf-8")
+    reference.write_text("Der Hund schläft.\nWasser.\n", encoding="utf-8")
+    argv = ["evaluate", "--preset", str(preset), "--src", str(source)]
+    assert main([*argv, "--ref", str(reference), "--beam-size", "1"]) == 0
+    assert "sacreBLEU" in capsys.readouterr().out
+    assert main([*argv, "--ref", str(reference), "--run-dir", str(tmp_path)]) == 2
+    assert "--preset and --run-dir both name a model" in capsys.readouterr().err
