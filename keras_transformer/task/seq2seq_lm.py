@@ -117,7 +117,8 @@ class TransformerSeq2SeqLM(keras.Model):
             return cls._from_configuration(
                 name, tokenizer, texts, vocab_size, overrides
             )
-        for argument, value in (("tokenizer", tokenizer), ("texts", texts)):
+        given = (("tokenizer", tokenizer), ("texts", texts), ("vocab_size", vocab_size))
+        for argument, value in given:
             if value is not None:
                 raise ValueError(
                     f"{argument} is for a configuration name ({', '.join(PRESETS)}); "

@@ -221,6 +221,8 @@ def test_overrides_that_are_no_setting_are_refused_by_name(tokenizer, fitted, tm
         TransformerSeq2SeqLM.from_preset(tmp_path / "p", d_model=64)
     with pytest.raises(ValueError, match="brings its own tokenizer"):
         TransformerSeq2SeqLM.from_preset(tmp_path / "p", tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="vocab_size is for a configuration name"):
+        TransformerSeq2SeqLM.from_preset(tmp_path / "p", vocab_size=500)
     changed = TransformerSeq2SeqLM.from_preset(
         tmp_path / "p", beam_size=2, dropout_rate=0.3
     )
