@@ -196,16 +196,22 @@ def no_eos_model(vocab_size: int):
 TRAINING_MODEL = {"d_model": 32, "d_ff": 64, "num_heads": 2, "warmup_steps": 20}
 
 
+def short_pairs(split: str, count: int) -> list[tuple[str, str]]:
+    """The first `count` built-in (en, de) pairs of `split` ("train" or
+    "valid") whose source has at most 7 words."""
+    from keras_transformer.data.builtin_corpus import generate_corpus
+
+    splits = generate_corpus(num_train=2000, num_valid=100, num_test=10, seed=5)
+    return [p for p in splits[split] if len(p[0].split()) <= 7][:count]
+
+
 def write_training_corpus(directory) -> dict[str, tuple[str, str]]:
     """Short built-in pairs as files: 240 training pairs (several batches
     per epoch, so short runs cross epochs), 12 validation pairs, no test
     split. Returns {"train": (src, tgt), "valid": (src, tgt)}."""
-    from keras_transformer.data.builtin_corpus import generate_corpus
-
-    splits = generate_corpus(num_train=2000, num_valid=100, num_test=10, seed=5)
     files = {}
     for name, count in (("train", 240), ("valid", 12)):
-        pairs = [p for p in splits[name] if len(p[0].split()) <= 7][:count]
+        pairs = short_pairs(name, count)
         source, target = directory / f"{name}.en", directory / f"{name}.de"
         source.write_text("".join(f"{en}\n" for en, _ in pairs), encoding="utf-8")
         target.write_text("".join(f"{de}\n" for _, de in pairs), encoding="utf-8")

@@ -6,30 +6,20 @@ from __future__ import annotations
 import keras
 import pytest
 
-from keras_transformer.data.builtin_corpus import generate_corpus
 from keras_transformer.data.tokenizer import train_tokenizer
+from tests.helpers import TRAINING_MODEL, short_pairs
 
-# A model small enough to fit in seconds on two cores.
+# The training tests' model with one layer each side: fits in seconds.
 SMALL = dict(
-    d_model=32,
-    d_ff=64,
-    num_heads=2,
-    num_encoder_layers=1,
-    num_decoder_layers=1,
-    max_position=64,
-    warmup_steps=20,
+    TRAINING_MODEL, num_encoder_layers=1, num_decoder_layers=1, max_position=64
 )
-
-
-def short_pairs(count: int, seed: int = 5) -> tuple[list[str], list[str]]:
-    splits = generate_corpus(num_train=2000, num_valid=50, num_test=10, seed=seed)
-    pairs = [p for p in splits["train"] if len(p[0].split()) <= 7][:count]
-    return [en for en, _ in pairs], [de for _, de in pairs]
 
 
 @pytest.fixture(scope="module")
 def pairs():
-    return short_pairs(240)
+    """240 short built-in pairs as (sources, targets)."""
+    chosen = short_pairs("train", 240)
+    return [en for en, _ in chosen], [de for _, de in chosen]
 
 
 @pytest.fixture(scope="module")
