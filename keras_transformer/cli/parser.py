@@ -218,9 +218,7 @@ def _add_data_arguments(parser: argparse.ArgumentParser, *, store: bool) -> None
     )
 
 
-def _add_decoding_arguments(
-    parser: argparse.ArgumentParser, required=True, preset=False
-) -> None:
+def _add_decoding_arguments(parser: argparse.ArgumentParser, preset=False) -> None:
     from keras_transformer.decoding.settings import SearchSettings
 
     if preset:  # --run-dir or --preset: checked when the command runs.
@@ -232,7 +230,7 @@ def _add_decoding_arguments(
         )
     else:
         parser.add_argument(
-            "--run-dir", required=required, help="the trained run directory"
+            "--run-dir", required=True, help="the trained run directory"
         )
     parser.add_argument(
         "--model",
