@@ -11,6 +11,7 @@ shows as a cell's value, and `figure.savefig(path)` writes it to a file).
 - `attention_heads`: every layer and head of one attention kind.
 - `training_curves`: loss (and dev BLEU) against the optimizer step.
 - `bar_chart`: one value per variant (the ablation table).
+- `constituency_tree`: a parse tree, words at the bottom (Table 4).
 """
 
 from __future__ import annotations
@@ -183,6 +184,46 @@ def bar_chart(values: Mapping[str, float], *, ylabel: str, title: str) -> Figure
     axis.tick_params(axis="x", labelrotation=45)
     figure.tight_layout()
     return figure
+
+
+def constituency_tree(tree, *, title: str | None = None) -> Figure:
+    """`tree` (a `parsing.tree.Tree`) drawn top-down: each label centred
+    over its children, the words on the bottom row in sentence order."""
+    words = tree.words()
+    depth = _tree_depth(tree)
+    figure = Figure(figsize=(max(4.0, 0.75 * len(words)), 0.55 * depth + 1))
+    axis = figure.add_subplot()
+    _place(tree, 0, depth, iter(range(len(words))), axis)
+    axis.set_xlim(-0.7, max(len(words), 1) - 0.3)
+    axis.set_ylim(-0.6, depth + 0.4)
+    axis.axis("off")
+    if title:
+        axis.set_title(title)
+    figure.tight_layout()
+    return figure
+
+
+def _tree_depth(node) -> int:
+    """Rows of labels above the words (a preterminal counts one)."""
+    if isinstance(node, str):
+        return 0
+    return 1 + max((_tree_depth(child) for child in node.children), default=0)
+
+
+def _place(node, level: int, depth: int, word_slots, axis) -> float:
+    """Draw `node` at row `level` (0 = top); return its x (words: slots)."""
+    if isinstance(node, str):
+        x = float(next(word_slots))
+        axis.text(x, 0, node, ha="center", va="center", fontsize=9, style="italic")
+        return x
+    y = depth - level
+    xs = [_place(child, level + 1, depth, word_slots, axis) for child in node.children]
+    x = sum(xs) / len(xs) if xs else 0.0
+    for child, child_x in zip(node.children, xs):
+        child_y = 0 if isinstance(child, str) else depth - level - 1
+        axis.plot([x, child_x], [y - 0.18, child_y + 0.18], color="0.55", lw=0.8)
+    axis.text(x, y, node.label, ha="center", va="center", fontsize=9, weight="bold")
+    return x
 
 
 def _label_axes(axis, query_labels, key_labels, fontsize: int = 8) -> None:

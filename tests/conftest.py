@@ -74,6 +74,11 @@ BACKEND_NEUTRAL = (
     "tests/serving/test_engines.py",
     "tests/serving/test_server_ctranslate2.py",
     "tests/serving/test_demo_page.py",
+    "tests/parsing/test_linearize.py",
+    "tests/parsing/test_evalb.py",
+    "tests/parsing/test_evaluation.py",
+    "tests/parsing/test_settings.py",
+    "tests/cli/test_parsing_cli.py",
 )
 NEUTRAL_SUITE = "KERAS_TRANSFORMER_NEUTRAL_SUITE"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import tempfile
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -263,3 +264,13 @@ def ctranslate2_ids(directory, tokenizer, settings, sentences):
         hypothesis = result[0].hypotheses[0]
         outputs.append([piece_ids[piece] for piece in hypothesis])
     return outputs
+
+
+# The Penn Treebank sample (../shared/data/ptb-sample): on development
+# machines, not in the package; the tests that read it skip where it is absent.
+PTB_SAMPLE = Path(
+    os.environ.get(
+        "KERAS_TRANSFORMER_PTB_SAMPLE",
+        "/work/shared/data/ptb-sample/wsj_0001-0179.mrg.tar.gz",
+    )
+)

@@ -98,3 +98,21 @@ def test_bar_chart_labels_each_value(tmp_path):
     labels = [t.get_text() for t in figure.axes[0].texts]
     assert labels == ["30.2", "28.0"]
     renders(figure, tmp_path)
+
+
+def test_constituency_tree_draws_every_label_and_word(tmp_path):
+    from keras_transformer.parsing.tree import parse_tree
+
+    tree = parse_tree("(S (NP (DT The) (NN dog)) (VP (VBD saw) (NP (NNP Anna))) (. .))")
+    figure = plots.constituency_tree(tree, title="a parse")
+    texts = [text.get_text() for text in figure.axes[0].texts]
+    labels = ["S", "NP", "DT", "NN", "VP", "VBD", "NP", "NNP", "."]
+    assert sorted(texts) == sorted(labels + tree.words())
+    # Words sit on the bottom row, in sentence order.
+    words = [t for t in figure.axes[0].texts if t.get_position()[1] == 0]
+    assert [t.get_text() for t in sorted(words, key=lambda t: t.get_position()[0])] == (
+        tree.words()
+    )
+    # One line from each node to each child: 3 + 2 + 1 + 1 + 2 + 1 + 1 + 1 + 1.
+    assert len(figure.axes[0].lines) == 13
+    renders(figure, tmp_path)

@@ -43,11 +43,11 @@ def _start_keras(command: str) -> None:
     from keras_transformer.registry import register_keras_objects
 
     register_keras_objects()
-    if command in ("train", "translate", "evaluate", "serve"):
+    if command in ("train", "translate", "evaluate", "serve", "parse"):
         from keras_transformer.decoding.compile import enable_compilation_cache
 
         enable_compilation_cache()
-    if command in ("translate", "evaluate", "serve"):  # train: distribution
+    if command in ("translate", "evaluate", "serve", "parse"):  # train: distribution
         from keras_transformer.training.accelerators import warn_if_gpus_unused
 
         warn_if_gpus_unused()

@@ -37,9 +37,36 @@ def _files_spec(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
     return files
 
 
+def _trees_spec(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
+    """`--train-trees` and the others (train only), refused beside text data."""
+    trees = {
+        split: (getattr(args, f"{split}_trees"),)
+        for split in ("train", "valid", "test")
+        if getattr(args, f"{split}_trees", None)
+    }
+    if trees and args.dataset != "builtin":
+        raise ValueError(
+            f"--dataset {args.dataset} and --train-trees both give the data: "
+            "a treebank is read by --task parsing without --dataset."
+        )
+    if trees and _files_spec(args):
+        raise ValueError("--*-trees and --*-src/--*-tgt/--*-tsv cannot be mixed.")
+    if trees and args.lenient_utf8:
+        raise ValueError(
+            "--lenient-utf8 does not apply to a treebank: the reader needs "
+            "valid UTF-8 (it names the file and line of a bad byte)."
+        )
+    if trees and "train" not in trees:
+        raise ValueError("--valid-trees and --test-trees need --train-trees.")
+    return trees
+
+
 def _dataset_spec(args: argparse.Namespace):
     from keras_transformer.data.datasets import DatasetSpec
 
+    trees = _trees_spec(args)
+    if trees:
+        return DatasetSpec(name="treebank", files=trees)
     return DatasetSpec(
         name=args.dataset,
         builtin_size=args.builtin_size,
@@ -138,33 +165,51 @@ def _run(args: argparse.Namespace):
     return RunDirectory(args.run_dir)
 
 
-def _search_settings(args: argparse.Namespace):
+def _search_settings(args: argparse.Namespace, task: str = "translation"):
+    """The search flags' values; a flag left at None takes `task`'s default."""
     from keras_transformer.decoding.settings import SearchSettings
+    from keras_transformer.parsing.settings import task_search
 
     names = (field.name for field in dataclasses.fields(SearchSettings))
-    return SearchSettings(**{name: getattr(args, name) for name in names})
+    given = {name: getattr(args, name) for name in names}
+    return task_search(task).replace(
+        **{name: value for name, value in given.items() if value is not None}
+    )
 
 
-def _translator(args: argparse.Namespace):
+def _translator(args: argparse.Namespace, task: str = "translation"):
     from keras_transformer.decoding.translator import Translator
 
-    settings = _search_settings(args)  # Refused before the model loads.
+    settings = _search_settings(args, task)  # Refused before the model loads.
     _check_model_source(args)
-    if args.preset:
+    if getattr(args, "preset", None):  # `parse` has no --preset.
         from keras_transformer.task.seq2seq_lm import TransformerSeq2SeqLM
 
         task = TransformerSeq2SeqLM.from_preset(args.preset)
         return Translator(task.backbone, task.tokenizer, settings)
-    run = _run(args).open_for_inference(args.model)
+    run = _run(args)
+    _check_run_task(run, task)
+    run = run.open_for_inference(args.model)
     return Translator(run.model, run.tokenizer, settings)
+
+
+def _check_run_task(run, task: str) -> None:
+    """Refuse a run trained for another task (its output would be nonsense)."""
+    trained = run.task
+    if trained is not None and trained != task:
+        command = {"translation": "translate / evaluate", "parsing": "parse"}[trained]
+        raise ValueError(
+            f"{run.path} was trained for {trained} (its manifest says so), not "
+            f"{task}: use keras-transformer {command} with it."
+        )
 
 
 def _check_model_source(args: argparse.Namespace) -> None:
     """Exactly one of --run-dir and --preset (with --model only for a run)."""
-    if args.preset and (args.run_dir or args.model):
+    if getattr(args, "preset", None) and (args.run_dir or args.model):
         given = "--run-dir" if args.run_dir else "--model"
         raise ValueError(f"--preset and {given} both name a model: pass one.")
-    if not args.preset and not args.run_dir:
+    if not getattr(args, "preset", None) and not args.run_dir:
         raise ValueError(f"{args.command} needs --run-dir (a trained run) or --preset.")
 
 
@@ -194,12 +239,13 @@ def _refuse_with_hyp(args: argparse.Namespace) -> None:
     """`evaluate --hyp` translates nothing: a flag for translating would be
     ignored without a word, so it is an error."""
     # --run-dir alone is harmless: it may name the run the file came from.
+    from keras_transformer.decoding.settings import SearchSettings
+
     given = [flag for flag in ("src", "model", "preset") if getattr(args, flag)]
-    settings = _search_settings(args)
-    given += [
+    given += [  # The search flags default to None (the task's) or False.
         field.name
-        for field in dataclasses.fields(settings)
-        if getattr(settings, field.name) != field.default
+        for field in dataclasses.fields(SearchSettings)
+        if getattr(args, field.name) not in (None, False)
     ]
     if given:
         raise ValueError(
@@ -212,6 +258,8 @@ def _refuse_with_hyp(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> int:
     from keras_transformer.decoding.evaluation import corpus_scores, paper_bleu
 
+    if args.task == "parsing":
+        return _evaluate_parsing(args)
     references = _read_lines(args.ref, args)
     if args.hyp:
         _refuse_with_hyp(args)
@@ -237,6 +285,57 @@ def _evaluate(args: argparse.Namespace) -> int:
             f"{paper_bleu(hypotheses, references):.2f} "
             "tokenized BLEU with compound splitting (paper convention; "
             "NOT sacreBLEU, not comparable to it)"
+        )
+    return 0
+
+
+def _evaluate_parsing(args: argparse.Namespace) -> int:
+    """Labeled bracketing F1 of --hyp trees, or of the run's parses of the
+    gold trees' words, against the treebank --ref."""
+    from keras_transformer.data.treebank import read_treebank
+    from keras_transformer.parsing import evaluation
+
+    for flag in ("src", "paper_bleu", "preset"):
+        if getattr(args, flag):
+            raise ValueError(
+                f"{flag_name(flag)} is not used by --task parsing: the words "
+                "to parse are the --ref trees'."
+            )
+    if args.lenient_utf8 and not args.hyp:
+        raise ValueError(
+            "--lenient-utf8 applies to --hyp only with --task parsing: the "
+            "treebank reader needs valid UTF-8 (it names the file and line)."
+        )
+    gold = [sentence.tree for sentence in read_treebank(args.ref)]
+    if args.hyp:
+        _refuse_with_hyp(args)
+        parses = evaluation.read_parses(args.hyp, gold, lenient_utf8=args.lenient_utf8)
+    else:
+        translator = _translator(args, "parsing")
+        parses = evaluation.parse_sentences(translator, [t.words() for t in gold])
+    if args.output:
+        from keras_transformer.utils.atomic_files import atomic_write_text
+
+        atomic_write_text(Path(args.output), evaluation.trees_text(parses))
+    print(evaluation.evaluate_parses(parses, gold).report())
+    return 0
+
+
+def _parse(args: argparse.Namespace) -> int:
+    from keras_transformer.parsing import evaluation
+
+    lines = _read_lines(args.input, args) if args.input else _read_stdin(args)
+    parses = evaluation.parse_sentences(
+        _translator(args, "parsing"), [line.split() for line in lines]
+    )
+    sys.stdout.write(evaluation.trees_text(parses))
+    repaired = evaluation.repair_counts(parses)
+    if repaired:
+        counts = ", ".join(f"{name} {count}" for name, count in repaired.items())
+        print(
+            f"keras-transformer parse: repaired {evaluation.repaired(parses)} of "
+            f"{len(parses)} outputs ({counts}; docs/parsing.md)",
+            file=sys.stderr,
         )
     return 0
 
@@ -341,4 +440,5 @@ RUNS = {
     "average": _average,
     "export": _export,
     "serve": _serve,
+    "parse": _parse,
 }

@@ -19,10 +19,11 @@ from typing import Any
 
 from keras_transformer.config import TransformerConfig, field_names
 from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
+from keras_transformer.parsing.settings import TASKS
 from keras_transformer.utils.setting_fields import flag_name
 
 DESCRIPTION = """The `keras-transformer` command line: prepare, train, translate,
-evaluate, average, export, serve, summary.
+evaluate, average, export, serve, summary, parse.
 
 keras-transformer train                      # tiny model, built-in corpus
 keras-transformer train --dataset multi30k --data-dir DIR --preset small
@@ -32,6 +33,8 @@ keras-transformer translate --run-dir R < input.en > output.de
 keras-transformer evaluate --run-dir R --src test.en --ref test.de
 keras-transformer average --run-dir R --last 5
 keras-transformer serve --run-dir R          # http://127.0.0.1:8080/
+keras-transformer train --task parsing --preset parsing --train-trees T --run-dir R
+keras-transformer parse --run-dir R < sentences.txt > trees.txt
 
 Exit status: 0 done; 1 training diverged (NaN or Inf loss; the message names
 the step) or ran out of memory (it names the flag to lower); 2 bad input or
@@ -122,8 +125,15 @@ def _at_least(minimum: float, kind=int, maximum: float | None = None):
     return parse
 
 
-def _add_option(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
-    """A `train` flag made from a TrainOptions field (one source of truth)."""
+def _add_option(
+    parser: argparse.ArgumentParser,
+    field: dataclasses.Field,
+    default: Any = dataclasses.MISSING,
+    default_text: str | None = None,
+) -> None:
+    """A flag made from a settings field (one source of truth). `default`
+    replaces the field's (a task's own defaults; None: filled in when the
+    command runs), `default_text` the "(default: ...)" of the help."""
     meta = field.metadata
     flag = flag_name(field.name)
     if field.type == "bool":
@@ -136,13 +146,14 @@ def _add_option(parser: argparse.ArgumentParser, field: dataclasses.Field) -> No
         kind = _at_least(meta["minimum"], kind)
     if field.type.startswith("str") and meta.get("choices") is None:
         kind = str
-    default = field.default
+    if default is dataclasses.MISSING:
+        default = field.default
     action = parser.add_argument(
         flag,
         type=kind,
         default=default,
         choices=None if meta.get("choices") is None else list(meta["choices"]),
-        help=f"{meta['help']} (default: {default})",
+        help=f"{meta['help']} (default: {default_text or default})",
     )
     action.setting = field  # For the CLI reference: the whole range.
 
@@ -203,6 +214,13 @@ def _add_data_arguments(parser: argparse.ArgumentParser, *, store: bool) -> None
         data.add_argument(f"--{split}-src", help=f"files: {split} source text")
         data.add_argument(f"--{split}-tgt", help=f"files: {split} target text")
         data.add_argument(f"--{split}-tsv", help=f"files: {split} pairs as TSV")
+    if store:  # train only: the parsing task reads its treebank itself.
+        for split in ("train", "valid", "test"):
+            data.add_argument(
+                f"--{split}-trees",
+                help=f"--task parsing: the {split} treebank (.mrg files, a "
+                "directory, a .tar.gz, or one tree per line)",
+            )
     data.add_argument("--source-lang", help="multi30k / tfds source language")
     data.add_argument("--target-lang", help="multi30k / tfds target language")
     data.add_argument(
@@ -218,8 +236,13 @@ def _add_data_arguments(parser: argparse.ArgumentParser, *, store: bool) -> None
     )
 
 
-def _add_decoding_arguments(parser: argparse.ArgumentParser, preset=False) -> None:
+def _add_decoding_arguments(
+    parser: argparse.ArgumentParser, preset=False, task: str | None = "translation"
+) -> None:
+    """The model's source and the search flags with `task`'s defaults; with
+    task None, the defaults are the --task flag's, filled in at run time."""
     from keras_transformer.decoding.settings import SearchSettings
+    from keras_transformer.parsing.settings import task_search
 
     if preset:  # --run-dir or --preset: checked when the command runs.
         parser.add_argument("--run-dir", help="the trained run directory")
@@ -237,7 +260,14 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser, preset=False) -> No
         help="a .keras file (default: RUN_DIR/model.keras, else its newest checkpoint)",
     )
     for field in dataclasses.fields(SearchSettings):
-        _add_option(parser, field)
+        if field.type == "bool":
+            _add_option(parser, field)
+        elif task is None:
+            values = [getattr(task_search(name), field.name) for name in TASKS]
+            text = f"{values[0]}; with --task parsing {values[1]}"
+            _add_option(parser, field, None, text)
+        else:
+            _add_option(parser, field, getattr(task_search(task), field.name))
 
 
 def _add_lenient_argument(parser: argparse.ArgumentParser) -> None:
@@ -299,21 +329,57 @@ def _add_translate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_decoding_arguments(parser, preset=True)
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default=TASKS[0],
+        help="translation: sacreBLEU and chrF; parsing: labeled bracketing F1 "
+        "(EVALB's COLLINS.prm rules) against the treebank --ref, parsing its "
+        f"words with --run-dir or scoring --hyp trees (default: {TASKS[0]})",
+    )
+    _add_decoding_arguments(parser, preset=True, task=None)
     _add_lenient_argument(parser)
     parser.add_argument(
         "--src", help="source file to translate (needs --run-dir or --preset)"
     )
     parser.add_argument(
-        "--hyp", help="score this file of translations instead (no model needed)"
+        "--hyp",
+        help="score this file of translations (or, parsing, of trees, one per "
+        "line) instead (no model needed)",
     )
-    parser.add_argument("--ref", required=True, help="reference translations")
+    parser.add_argument(
+        "--ref",
+        required=True,
+        help="reference translations (parsing: the gold treebank)",
+    )
     parser.add_argument("--output", help="write the hypotheses here")
     parser.add_argument(
         "--paper-bleu",
         action="store_true",
         help="also print tokenized, compound-split BLEU (not sacreBLEU)",
     )
+
+
+def _add_parse_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_decoding_arguments(parser, preset=False, task="parsing")
+    parser.add_argument(
+        "--input",
+        help="tokenized sentences, words separated by spaces, one per line "
+        "(default: stdin)",
+    )
+    _add_lenient_argument(parser)
+
+
+PARSE_HELP = """Parse tokenized sentences with a model trained by
+`train --task parsing`: one bracketed tree per input line, in order, on
+stdout (the paper's search: beam 21, alpha 0.3, up to input + 300 tokens).
+
+Every tree holds exactly the line's words. Output that is not a well-formed
+tree over them is repaired (docs/parsing.md gives the rule) and the repairs
+are counted on stderr. An empty (or blank) line gives an empty line; a very
+long line is parsed like any other (its output may stop at input + 300
+tokens, and the repair then closes the tree over the words left).
+"""
 
 
 def _add_average_arguments(parser: argparse.ArgumentParser) -> None:
@@ -390,6 +456,11 @@ COMMANDS = {
         _add_serve_arguments,
     ),
     "summary": ("print preset sizes", None, _add_summary_arguments),
+    "parse": (
+        "parse sentences into trees (a --task parsing run)",
+        PARSE_HELP,
+        _add_parse_arguments,
+    ),
 }
 
 

@@ -1,7 +1,9 @@
 """Choose a parallel dataset by name: builtin, multi30k, files, tfds:NAME.
 
-Or store:DIR, a store that `keras-transformer prepare` made: token ids, read
-by `train` through a memory map (see `token_store`).
+Or treebank (the parsing task's: each tree's words and its linearized form,
+`keras_transformer.parsing`), or store:DIR, a store that
+`keras-transformer prepare` made: token ids, read by `train` through a
+memory map (see `token_store`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from keras_transformer.data.text_files import (
 )
 from keras_transformer.data.tfds_source import tfds_source
 
-DATASETS = ("builtin", "multi30k", "files", "tfds:NAME", "store:DIR")
+DATASETS = ("builtin", "multi30k", "files", "treebank", "tfds:NAME", "store:DIR")
+TREEBANK_FORMAT = 1
+"""Version of the treebank pairs (cleaning and linearization): part of a
+store's identity, so a change of either makes a new store."""
 STORE_PREFIX = "store:"
 
 
@@ -36,7 +41,9 @@ class DatasetSpec:
 
     name: "builtin" (generated offline), "multi30k" (from `data_dir` or
     downloaded into the cache), "files" (local text files or TSVs),
-    "tfds:NAME" (TensorFlow Datasets, e.g. "tfds:wmt14_translate/de-en"), or
+    "treebank" (`files` holds one treebank path per split: `.mrg` files, a
+    directory or an archive, `data.treebank`), "tfds:NAME" (TensorFlow
+    Datasets, e.g. "tfds:wmt14_translate/de-en"), or
     "store:DIR" (a prepared token store; the text settings here are then
     the store's, and setting them is refused).
     """
@@ -57,14 +64,15 @@ class DatasetSpec:
         # load_dataset's error.)
         downloaded = self.name == "multi30k" or self.name.startswith("tfds:")
         store = self.name.startswith(STORE_PREFIX)
-        if not downloaded and not store and self.name not in ("builtin", "files"):
+        local = ("builtin", "files", "treebank")
+        if not downloaded and not store and self.name not in local:
             return
         if store and self.lenient_utf8:
             self._refuse_unread(
                 "--lenient-utf8 (lenient_utf8=)",
                 "builtin, multi30k, files or tfds:NAME (prepare reads the text)",
             )
-        if self.files and self.name != "files":
+        if self.files and self.name not in ("files", "treebank"):
             splits = ", ".join(f"--{split}-src/tgt/tsv" for split in self.files)
             self._refuse_unread(f"{splits} (files=)", "files")
         for field in ("data_dir", "source_lang", "target_lang"):
@@ -205,6 +213,47 @@ def _check_regular_file(path: Path, flag: str) -> None:
         )
 
 
+def _treebank(spec: DatasetSpec) -> dict[str, SplitSource]:
+    """Each split's trees as (words, linearized tree) pairs, numbered by
+    tree: pair i is the i-th tree of the split."""
+    if "train" not in spec.files:
+        raise DataError("--task parsing needs --train-trees (a treebank).")
+    splits = {}
+    for name, (path,) in spec.files.items():
+        files = _treebank_files(Path(path), f"--{name}-trees")
+        blocks = _block_reader(_treebank_blocks, Path(path))
+        identity = {"treebank_format": TREEBANK_FORMAT}
+        splits[name] = SplitSource(f"{path} (trees)", blocks, files, identity)
+    return splits
+
+
+def _treebank_files(path: Path, flag: str) -> tuple[Path, ...]:
+    """The files a treebank path stands for (their digests name the store)."""
+    if path.is_dir():
+        files = sorted(
+            file
+            for file in path.rglob("*")
+            if file.is_file() and not file.name.startswith(".")
+        )
+        if not files:
+            raise DataError(f"{flag} {path}: the directory holds no files.")
+        return tuple(files)
+    if not path.exists():
+        raise DataError(f"{flag} {path}: no such file or directory.")
+    _check_regular_file(path, flag)
+    return (path,)
+
+
+def _treebank_blocks(path: Path) -> Iterator[PairBlock]:
+    from keras_transformer.data.treebank import read_treebank
+    from keras_transformer.parsing.linearize import linearize_text
+
+    trees = [sentence.tree for sentence in read_treebank(path)]
+    yield PairBlock(
+        1, [" ".join(tree.words()) for tree in trees], list(map(linearize_text, trees))
+    )
+
+
 def _multi30k(spec: DatasetSpec) -> dict[str, SplitSource]:
     languages = (spec.source_lang or "en", spec.target_lang or "de")
     splits = {}
@@ -256,6 +305,8 @@ def dataset_sources(spec: DatasetSpec) -> dict[str, SplitSource]:
         return _multi30k(spec)
     if spec.name == "files":
         return _files(spec)
+    if spec.name == "treebank":
+        return _treebank(spec)
     if spec.name.startswith("tfds:"):
         return _tfds(spec)
     if spec.name.startswith(STORE_PREFIX):

@@ -29,7 +29,13 @@ if TYPE_CHECKING:
 STORE_SETTINGS = ("tokenizer", "vocab_size", "max_length")
 
 
-def tokenizer_setting():
+def tokenizer_setting(*, task_default: bool = False):
+    if task_default:  # train: the task decides (words for parsing).
+        return setting(
+            None,
+            "joint tokenizer (none: the task's, sentencepiece; words for parsing)",
+            choices=TOKENIZER_KINDS,
+        )
     return setting("sentencepiece", "joint subword tokenizer", choices=TOKENIZER_KINDS)
 
 

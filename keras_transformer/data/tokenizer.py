@@ -46,6 +46,14 @@ Tokenizers saved before these options existed (NMT-NFKC, extra spaces
 removed, no byte fallback: unseen characters become `<unk>`) load and
 behave exactly as before; their options are read from the saved model.
 
+`words` is a plain word-level vocabulary (the parsing task's, whose source
+is tokenized words and whose target is tree symbols): a text is split at
+whitespace, each word is one id, a word outside the vocabulary is
+`<unk>`, and `detokenize` joins with single spaces. It keeps the
+`vocab_size` - 4 most frequent words of the training text (ties broken by
+first appearance), so rare words become `<unk>`, as in the parsers that
+linearize trees (Vinyals et al., 2015).
+
 WordPiece cannot be lossless: it splits on whitespace and punctuation and
 `detokenize` joins the pieces with single spaces ("river." -> "river ."),
 and an unseen word becomes `<unk>`. Prefer SentencePiece where the output
@@ -70,7 +78,7 @@ from keras_transformer.utils.atomic_files import atomic_write_bytes, atomic_writ
 from keras_transformer.utils.optional_imports import require
 
 RESERVED_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
-TOKENIZER_KINDS = ("sentencepiece", "wordpiece")
+TOKENIZER_KINDS = ("sentencepiece", "wordpiece", "words")
 NORMALIZATIONS = ("identity", "nfkc", "nmt_nfkc")
 """SentencePiece normalisations accepted by `train_tokenizer` (module doc)."""
 _BYTE_PIECES = 256
@@ -306,7 +314,37 @@ class SentencePieceTokenizer(SubwordTokenizer):
             ) from None
 
 
-class WordPieceTokenizer(SubwordTokenizer):
+class _VocabularyFileTokenizer(SubwordTokenizer):
+    """A tokenizer whose state is its vocabulary, saved one entry per line
+    in `vocab_file`; subclasses set `self.vocabulary` and `vocab_file`."""
+
+    vocab_file = ""
+    vocabulary: list[str]
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocabulary)
+
+    def id_to_piece(self, token_id: int) -> str:
+        return self.vocabulary[int(token_id)]
+
+    def save(self, directory: str | os.PathLike) -> None:
+        text = "\n".join(self.vocabulary) + "\n"
+        self._save_files(
+            Path(directory),
+            {self.vocab_file: text.encode("utf-8")},
+            vocab_file=self.vocab_file,
+        )
+
+    @classmethod
+    def load(cls, directory: Path) -> _VocabularyFileTokenizer:
+        path = directory / cls.vocab_file
+        if not path.is_file():
+            raise ValueError(f"{path} is missing. " + _RETRAIN)
+        return cls(path.read_text(encoding="utf-8").splitlines())
+
+
+class WordPieceTokenizer(_VocabularyFileTokenizer):
     """WordPiece through keras-hub (tensorflow-text ops, in-graph).
 
     Lossy by design: text is split on whitespace and punctuation, so
@@ -347,13 +385,6 @@ class WordPieceTokenizer(SubwordTokenizer):
         )
         return cls(vocabulary)
 
-    @property
-    def vocab_size(self) -> int:
-        return len(self.vocabulary)
-
-    def id_to_piece(self, token_id: int) -> str:
-        return self.vocabulary[int(token_id)]
-
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         if not texts:
             return []
@@ -377,24 +408,67 @@ class WordPieceTokenizer(SubwordTokenizer):
             for t in np.asarray(text).reshape(-1).tolist()
         ]
 
-    def save(self, directory: str | os.PathLike) -> None:
-        text = "\n".join(self.vocabulary) + "\n"
-        self._save_files(
-            Path(directory),
-            {self.vocab_file: text.encode("utf-8")},
-            vocab_file=self.vocab_file,
-        )
+
+class WordTokenizer(_VocabularyFileTokenizer):
+    """One id per space-separated word; `<unk>` for a word not in the vocabulary."""
+
+    kind = "words"
+    vocab_file = "words_vocab.txt"
+
+    def __init__(self, vocabulary: list[str]):
+        if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+            raise ValueError(
+                f"A word vocabulary must start with {list(RESERVED_TOKENS)}. "
+                f"Received: {vocabulary[: len(RESERVED_TOKENS)]}"
+            )
+        for number, word in enumerate(vocabulary, start=1):
+            if not word or any(char.isspace() for char in word):
+                raise ValueError(
+                    f"Word vocabulary entry {number} ({word!r}) is empty or "
+                    "holds whitespace; entries are single words."
+                )
+        if len(set(vocabulary)) != len(vocabulary):
+            raise ValueError("A word vocabulary must not repeat an entry.")
+        self.vocabulary = list(vocabulary)
+        self._ids = {word: index for index, word in enumerate(self.vocabulary)}
 
     @classmethod
-    def load(cls, directory: Path) -> WordPieceTokenizer:
-        path = directory / cls.vocab_file
-        if not path.is_file():
-            raise ValueError(f"{path} is missing. " + _RETRAIN)
-        text = path.read_text(encoding="utf-8")
-        return cls(text.splitlines())
+    def train(cls, texts: Sequence[str], vocab_size: int) -> WordTokenizer:
+        if vocab_size <= len(RESERVED_TOKENS):
+            raise ValueError(
+                f"vocab_size must exceed the {len(RESERVED_TOKENS)} reserved "
+                f"tokens to hold a word. Received: vocab_size={vocab_size}"
+            )
+        counts: dict[str, int] = {}
+        for text in texts:
+            for word in text.split():
+                counts[word] = counts.get(word, 0) + 1
+        for reserved in RESERVED_TOKENS:
+            counts.pop(reserved, None)
+        # A stable sort keeps first appearance among equal counts.
+        kept = sorted(counts, key=counts.__getitem__, reverse=True)
+        return cls([*RESERVED_TOKENS, *kept[: vocab_size - len(RESERVED_TOKENS)]])
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        ids, unk = self._ids, self.unk_id
+        # A literal "</s>" or "<pad>" in a text is a word, not a control id.
+        reserved = len(RESERVED_TOKENS)
+        return [
+            [
+                i if (i := ids.get(word, unk)) >= reserved else unk
+                for word in text.split()
+            ]
+            for text in texts
+        ]
+
+    def _decode(self, ids: list[list[int]]) -> list[str]:
+        words = self.vocabulary
+        return [" ".join(words[i] for i in row) for row in ids]
 
 
-_CLASSES = {cls.kind: cls for cls in (SentencePieceTokenizer, WordPieceTokenizer)}
+_CLASSES = {
+    cls.kind: cls for cls in (SentencePieceTokenizer, WordPieceTokenizer, WordTokenizer)
+}
 
 
 def _sentencepiece_options(

@@ -230,6 +230,18 @@ class RunDirectory:
             )
         return manifest["run_id"]
 
+    @property
+    def task(self) -> str | None:
+        """What the run learned ("translation" or "parsing"); None when it
+        has no manifest (a bare model directory)."""
+        try:
+            manifest = self.manifest()
+        except RunConflict:
+            return None
+        if manifest is None:
+            return None
+        return manifest.get("identity", {}).get("task", "translation")
+
     def is_empty(self) -> bool:
         return not self.path.exists() or not any(self.path.iterdir())
 
@@ -369,8 +381,10 @@ class RunDirectory:
         return [json.loads(line) for line in lines if line.strip()]
 
     def write_test_scores(self, scores) -> None:
-        """`test_scores.json` from a dataclass such as `BleuResult`."""
-        text = json.dumps(dataclasses.asdict(scores), indent=2) + "\n"
+        """`test_scores.json` from a dataclass such as `BleuResult`, or from
+        its `to_dict()` when it has one (a parsing result)."""
+        data = scores.to_dict() if hasattr(scores, "to_dict") else None
+        text = json.dumps(data or dataclasses.asdict(scores), indent=2) + "\n"
         path = self.test_scores_path
         self._write(path, lambda: atomic_write_text(path, text))
 

@@ -280,6 +280,8 @@ class DevBleu(keras.callbacks.Callback):
     Each entry also records `train_seconds`: wall-clock time since this
     callback's first `fit` began, less the time spent in these evaluations
     (time to quality), and `eval_seconds`, the evaluation's own time.
+    `extra_scores(hypotheses)` adds the task's own figures to each entry
+    (the parsing task's dev F1).
     """
 
     def __init__(
@@ -293,8 +295,10 @@ class DevBleu(keras.callbacks.Callback):
         samples: int = 3,
         log_path: str | Path | None = None,
         log: Callable[[dict], object] | None = None,
+        extra_scores: Callable[[list[str]], dict[str, float]] | None = None,
     ):
         super().__init__()
+        self.extra_scores = extra_scores
         self.clock = clock
         self.translate = translate
         self.sources = list(sources)
@@ -331,12 +335,20 @@ class DevBleu(keras.callbacks.Callback):
             "step": self.clock.step,
             "dev_bleu": result.bleu,
             "dev_chrf": result.chrf,
+            **(self.extra_scores(hypotheses) if self.extra_scores else {}),
             "train_seconds": round(began - started - self._evaluating, 2),
             "eval_seconds": round(seconds, 3),  # A fast one is a few ms.
         }
         self._evaluating += seconds
         self.history.append(entry)
-        print(f"\n[step {self.clock.step}] dev subset: {result}")
+        extra = {
+            key: value
+            for key, value in entry.items()
+            if key not in ("step", "dev_bleu", "dev_chrf")
+            and not key.endswith("_seconds")
+        }
+        shown = "".join(f", {key} {value}" for key, value in extra.items())
+        print(f"\n[step {self.clock.step}] dev subset: {result}{shown}")
         for source, hypothesis, reference in list(
             zip(self.sources, hypotheses, self.references)
         )[: self.samples]:

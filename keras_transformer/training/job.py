@@ -16,7 +16,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 
@@ -25,6 +25,7 @@ from keras_transformer.data.store_options import with_store_settings
 from keras_transformer.decoding.evaluation import BleuResult, evaluate_split
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import Translator
+from keras_transformer.parsing.settings import task_search
 from keras_transformer.run import checkpoints
 from keras_transformer.run.checkpoints import RunWriteError
 from keras_transformer.run.directory import RunConflict, RunDirectory
@@ -58,6 +59,9 @@ from keras_transformer.training.store import (
 from keras_transformer.utils import optional_imports
 from keras_transformer.utils.console import log
 
+if TYPE_CHECKING:
+    from keras_transformer.parsing.evaluation import ParsingResult
+
 
 @dataclasses.dataclass
 class TrainResult:
@@ -87,6 +91,8 @@ def run_identity(
         "precision": options.precision,
         "replicas": plan.num_replicas,
     }
+    if options.task != "translation":  # Runs from before tasks keep their identity.
+        identity["task"] = options.task
     return json.loads(json.dumps(identity))
 
 
@@ -332,7 +338,16 @@ class _Job:
             valid.target[subset],
             every=options.eval_every,
             log=self.run.append_dev_bleu,
+            extra_scores=self._dev_parsing_scores(sources, valid.target[subset]),
         )
+
+    def _dev_parsing_scores(self, sources, targets):
+        """Parsing: the dev subset's labeled F1 beside its (linearized) BLEU."""
+        if self.options.task != "parsing":
+            return None
+        from keras_transformer.parsing.evaluation import linearized_f1
+
+        return functools.partial(linearized_f1, sources, targets)
 
     def stopped_early(self) -> bool:
         return bool(
@@ -482,7 +497,7 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-def _test_score(job: _Job) -> BleuResult | None:
+def _test_score(job: _Job) -> BleuResult | ParsingResult | None:
     options, test_split = job.options, job.evaluation["test"]
     if test_split is None or not len(test_split):
         return None
@@ -492,13 +507,18 @@ def _test_score(job: _Job) -> BleuResult | None:
         # weights placed across every process.
         with job.plan.local():
             model = job.run.load_model()
+    settings = task_search(options.task).replace(beam_size=options.beam_size)
     translator = Translator(
-        model,
-        job.tokenizer,
-        beam_size=options.beam_size,
-        batch_size=options.test_batch_size,
+        model, job.tokenizer, settings, batch_size=options.test_batch_size
     )
-    test = evaluate_split(translator, test_split, job.run.test_hypotheses_path)
+    if options.task == "parsing":
+        from keras_transformer.parsing.evaluation import evaluate_parser_split
+
+        test = evaluate_parser_split(
+            translator, test_split, job.run.test_hypotheses_path
+        )
+    else:
+        test = evaluate_split(translator, test_split, job.run.test_hypotheses_path)
     log(f"test set ({len(test_split)} sentences, beam {options.beam_size}): {test}")
     job.run.write_test_scores(test)
     return test

@@ -21,6 +21,7 @@ from keras_transformer.data.store_options import (
     vocab_size_setting,
 )
 from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.parsing.settings import PARSING_TOKENIZER, TASKS, task_search
 from keras_transformer.utils.setting_fields import check_setting, setting
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -46,10 +47,19 @@ class TrainOptions:
         "directory of the run: created, resumed if it holds the same run, "
         "refused otherwise (see --overwrite)",
     )
-    preset: str = setting("tiny", "model size (Table 3 presets)", choices=PRESETS)
+    preset: str = setting(
+        "tiny", "model size (Table 3 presets; parsing: Table 4's)", choices=PRESETS
+    )
+    task: str = setting(
+        "translation",
+        "what to learn: translation (text pairs) or parsing (a treebank: "
+        "--train-trees, docs/parsing.md)",
+        choices=TASKS,
+    )
     overrides: dict[str, Any] = setting({}, "TransformerConfig fields", flag=False)
     data: DatasetSpec = setting(DatasetSpec(), "the corpus", flag=False)
-    tokenizer: str = tokenizer_setting()
+    # None: the task's (sentencepiece; words for parsing).
+    tokenizer: str | None = tokenizer_setting(task_default=True)
     vocab_size: int = vocab_size_setting()
     tokens_per_batch: int = setting(
         2048, "padded target tokens per optimizer batch (all devices)", minimum=1
@@ -87,8 +97,11 @@ class TrainOptions:
     )
     keep_checkpoints: int = setting(5, "checkpoints to keep (the last K)", minimum=1)
     test_batch_size: int = setting(64, "sentences per decoding batch", minimum=1)
-    beam_size: int = setting(
-        SearchSettings().beam_size, "beam size of the final test score", minimum=1
+    beam_size: int | None = setting(
+        None,
+        f"beam size of the final test score (none: the task's, "
+        f"{SearchSettings().beam_size}; parsing {task_search('parsing').beam_size})",
+        minimum=1,
     )
     distribute: str = setting(
         "auto", "data-parallel training (docs/distributed.md)", choices=DISTRIBUTE_MODES
@@ -107,8 +120,10 @@ class TrainOptions:
     )
 
     def __post_init__(self) -> None:
+        _fill_task_defaults(self)
         for field in dataclasses.fields(self):
             check_setting(field, getattr(self, field.name))
+        _check_task(self)
         _check_overrides(self.overrides, self.vocab_size)
         _check_positions(self.preset, self.overrides, self.max_length)
         if self.precision == "mixed_float16" and self.accumulation_steps > 1:
@@ -117,6 +132,36 @@ class TrainOptions:
                 "supported: a batch skipped for overflow would shift the "
                 "updates. Use mixed_bfloat16, or no accumulation."
             )
+
+
+def _fill_task_defaults(options: TrainOptions) -> None:
+    """The tokenizer and final beam the task decides when none is given."""
+    if options.task not in TASKS:
+        return  # Refused with the list of tasks by its own setting check.
+    parsing = options.task == "parsing"
+    if options.tokenizer is None:
+        options.tokenizer = PARSING_TOKENIZER if parsing else "sentencepiece"
+    if options.beam_size is None:
+        options.beam_size = task_search(options.task).beam_size
+
+
+def _check_task(options: TrainOptions) -> None:
+    """Refuse data or a tokenizer that the task cannot use."""
+    parsing = options.task == "parsing"
+    treebank = options.data.name == "treebank"
+    if parsing and not treebank:
+        raise ValueError(
+            "--task parsing learns from a treebank: give --train-trees (and "
+            f"--valid-trees, --test-trees), not --dataset {options.data.name}."
+        )
+    if treebank and not parsing:
+        raise ValueError("--train-trees is the data of --task parsing: add it.")
+    if parsing and options.tokenizer != PARSING_TOKENIZER:
+        raise ValueError(
+            f"--task parsing needs --tokenizer {PARSING_TOKENIZER} (one id per "
+            "word and per tree symbol; subword pieces would split the "
+            f"brackets). Received: --tokenizer {options.tokenizer}."
+        )
 
 
 def _check_positions(preset: str, overrides: dict[str, Any], max_length: int) -> None:

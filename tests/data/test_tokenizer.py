@@ -118,8 +118,9 @@ def test_detokenize_round_trips(kind, request):
     ids, _ = tok.tokenize(texts)
     decoded = tok.detokenize(ids)
     assert isinstance(decoded[0], str)
-    # WordPiece joins tokens with single spaces; SentencePiece is lossless.
-    if kind == "wordpiece":
+    # WordPiece and words join tokens with single spaces; SentencePiece is
+    # lossless.
+    if kind != "sentencepiece":
         assert decoded == [normalised(t) for t in texts]
     else:
         assert decoded == texts
@@ -454,3 +455,140 @@ def test_wordpiece_rejects_sentencepiece_options():
     for options in ({"normalization": "nfkc"}, {"byte_fallback": False}):
         with pytest.raises(ValueError, match="SentencePiece options"):
             train_tokenizer(TEXTS, 120, kind="wordpiece", **options)
+
+
+# --- words (one id per word: the parsing task's) ---------------------------------
+
+# The shared tests above take every kind in TOKENIZER_KINDS by its fixture.
+# TEXTS holds 53 distinct words: 100 keeps all of them.
+VOCAB_SIZE["words"] = 100
+
+
+@pytest.fixture(scope="module")
+def words():
+    return train_tokenizer(TEXTS, VOCAB_SIZE["words"], kind="words")
+
+
+def test_words_keeps_the_most_frequent_words_first_appearance_breaking_ties():
+    # Counts: b 1, a 3, c 2, d 1, e 1; b comes before d and e.
+    texts = ["b a c", "a c d", "a e"]
+    tok = train_tokenizer(texts, 7, kind="words")
+    assert tok.kind == "words"
+    assert tok.vocabulary == [*RESERVED_TOKENS, "a", "c", "b"]
+    assert tok.vocab_size == 7
+    assert tok.encode(["d e b"]) == [[UNK_ID, UNK_ID, 6]]
+
+
+def test_words_vocabulary_is_no_larger_than_the_words_seen():
+    tok = train_tokenizer(["x y", "y x x"], 50, kind="words")
+    assert tok.vocabulary == [*RESERVED_TOKENS, "x", "y"]
+    assert tok.vocab_size == 6
+
+
+def test_words_does_not_count_the_reserved_tokens_as_words():
+    tok = train_tokenizer(["<unk> a </s> <pad> a <s> b"], 50, kind="words")
+    assert tok.vocabulary == [*RESERVED_TOKENS, "a", "b"]
+
+
+def test_words_unknown_word_is_unk(words):
+    ids = words.encode(["the 猫 river"])[0]
+    assert ids[1] == UNK_ID
+    assert words.id_to_piece(ids[0]) == "the"
+    assert words.id_to_piece(ids[2]) == "river"
+    assert words.detokenize(np.array([ids]))[0] == "the <unk> river"
+
+
+def test_words_round_trip_in_vocabulary_text(words):
+    ids, lengths = words.tokenize(SAMPLES)
+    assert list(lengths) == [len(text.split()) for text in SAMPLES]
+    assert words.detokenize(ids) == SAMPLES
+
+
+def test_words_splits_at_any_whitespace_and_joins_with_single_spaces(words):
+    ids, _ = words.tokenize(["  two \t dogs\n", "two dogs"])
+    np.testing.assert_array_equal(ids[0], ids[1])
+    assert words.detokenize(ids) == ["two dogs", "two dogs"]
+
+
+def test_words_tokenize_add_eos_and_detokenize_stops_at_eos(words):
+    two, dogs = words.encode(["two dogs"])[0]
+    ids, lengths = words.tokenize(["two dogs", "two"], add_eos=True)
+    assert ids.tolist() == [[two, dogs, EOS_ID], [two, EOS_ID, PAD_ID]]
+    assert lengths.tolist() == [3, 2]
+    assert words.detokenize(ids) == ["two dogs", "two"]
+    row = [[BOS_ID, two, EOS_ID, dogs, dogs]]
+    assert words.detokenize(np.array(row, np.int32)) == ["two"]
+
+
+def test_words_id_to_piece(words):
+    for token_id, token in enumerate(RESERVED_TOKENS):
+        assert words.id_to_piece(token_id) == token
+    pieces = [words.id_to_piece(np.int32(i)) for i in range(words.vocab_size)]
+    assert pieces == words.vocabulary
+    for word in "the little girl".split():
+        assert words.id_to_piece(words.encode([word])[0][0]) == word
+
+
+def test_words_save_and_load(words, tmp_path):
+    words.save(tmp_path / "tokenizer")
+    meta = json.loads((tmp_path / "tokenizer" / "tokenizer.json").read_text())
+    assert meta["kind"] == "words" and meta["vocab_size"] == words.vocab_size
+    saved = (tmp_path / "tokenizer" / "words_vocab.txt").read_text(encoding="utf-8")
+    assert saved.splitlines() == words.vocabulary
+    loaded = load_tokenizer(tmp_path / "tokenizer")
+    assert loaded.kind == "words"
+    assert loaded.vocabulary == words.vocabulary
+    texts = [*SAMPLES, "the 猫 river"]
+    np.testing.assert_array_equal(loaded.tokenize(texts)[0], words.tokenize(texts)[0])
+
+
+def test_words_load_without_its_vocabulary_file_names_it(words, tmp_path):
+    words.save(tmp_path)
+    (tmp_path / "words_vocab.txt").unlink()
+    with pytest.raises(ValueError, match="words_vocab.txt is missing"):
+        load_tokenizer(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "vocabulary, message",
+    [
+        (["<pad>", "<unk>", "</s>", "<s>", "a"], "must start with"),
+        (["a", "b", "c", "d", "e"], "must start with"),
+        (["<pad>", "<unk>"], "must start with"),
+        ([*RESERVED_TOKENS, "a", "two words"], "whitespace"),
+        ([*RESERVED_TOKENS, "tab\there"], "whitespace"),
+        ([*RESERVED_TOKENS, ""], "empty"),
+        ([*RESERVED_TOKENS, "a", "b", "a"], "repeat"),
+        ([*RESERVED_TOKENS, "<unk>"], "repeat"),
+    ],
+)
+def test_words_refuses_a_bad_vocabulary(vocabulary, message):
+    with pytest.raises(ValueError, match=message):
+        tokenizer_module.WordTokenizer(vocabulary)
+
+
+def test_words_load_refuses_an_edited_vocabulary(words, tmp_path):
+    words.save(tmp_path)
+    path = tmp_path / "words_vocab.txt"
+    path.write_text(path.read_text(encoding="utf-8") + "the\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="repeat"):
+        load_tokenizer(tmp_path)
+
+
+def test_words_rejects_sentencepiece_options():
+    for options in ({"normalization": "nfkc"}, {"byte_fallback": False}):
+        with pytest.raises(ValueError, match="SentencePiece options"):
+            train_tokenizer(TEXTS, 100, kind="words", **options)
+
+
+def test_words_tokenizer_needs_room_for_a_word():
+    with pytest.raises(ValueError, match="vocab_size must exceed the 4 reserved"):
+        train_tokenizer(["a b c"], 4, kind="words")
+
+
+def test_words_tokenizer_reads_reserved_tokens_in_text_as_unknown_words():
+    tokenizer = train_tokenizer(["a b"], 10, kind="words")
+    # "</s>" in a text is a word it has never seen, not the end of the text.
+    assert tokenizer.encode(["a </s> <pad> b"]) == [
+        [tokenizer.encode(["a"])[0][0], 1, 1, tokenizer.encode(["b"])[0][0]]
+    ]

@@ -32,3 +32,63 @@ def test_learned_positions_that_cover_the_training_sequences_are_accepted():
     # The preset's own limit (1,024) against a longer --max-length.
     with pytest.raises(ValueError, match=r"max_position=1024 \(the tiny preset's\)"):
         TrainOptions(max_length=2048, overrides={"position_encoding": "learned"})
+
+
+# --- task: translation or parsing --------------------------------------------------
+
+
+def _treebank():
+    from keras_transformer.data.datasets import DatasetSpec
+
+    return DatasetSpec(name="treebank", files={"train": ("x",)})
+
+
+def test_translation_is_the_default_task_with_its_tokenizer_and_beam():
+    options = TrainOptions()
+    assert options.task == "translation"
+    assert options.tokenizer == "sentencepiece"
+    assert options.beam_size == 4
+
+
+def test_parsing_fills_the_word_tokenizer_and_the_papers_beam_of_21():
+    options = TrainOptions(task="parsing", data=_treebank())
+    assert options.tokenizer == "words"
+    assert options.beam_size == 21
+
+
+@pytest.mark.parametrize("task", ["translation", "parsing"])
+def test_an_explicit_beam_size_is_kept(task):
+    data = _treebank() if task == "parsing" else TrainOptions().data
+    assert TrainOptions(task=task, data=data, beam_size=2).beam_size == 2
+
+
+def test_an_explicit_tokenizer_is_kept_for_translation():
+    assert TrainOptions(tokenizer="wordpiece").tokenizer == "wordpiece"
+
+
+def test_parsing_without_a_treebank_is_refused_naming_train_trees():
+    with pytest.raises(ValueError) as info:
+        TrainOptions(task="parsing")
+    message = str(info.value)
+    assert "--train-trees" in message and "--dataset builtin" in message
+
+
+def test_a_treebank_for_translation_is_refused_naming_task_parsing():
+    with pytest.raises(ValueError, match="--task parsing"):
+        TrainOptions(data=_treebank())
+
+
+@pytest.mark.parametrize("tokenizer", ["sentencepiece", "wordpiece"])
+def test_parsing_with_a_subword_tokenizer_is_refused_naming_words(tokenizer):
+    with pytest.raises(ValueError) as info:
+        TrainOptions(task="parsing", data=_treebank(), tokenizer=tokenizer)
+    message = str(info.value)
+    assert "--tokenizer words" in message and f"--tokenizer {tokenizer}" in message
+
+
+def test_an_unknown_task_is_refused_listing_the_tasks():
+    with pytest.raises(ValueError) as info:
+        TrainOptions(task="tagging")
+    message = str(info.value)
+    assert "task (--task)" in message and "'tagging'" in message
+    assert "translation" in message and "parsing" in message

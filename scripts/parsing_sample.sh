@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The paper's Table 4 at small scale: train the parsing task on the Penn
+# Treebank sample's training files (wsj_0001-wsj_0159, 3,396 trees), score
+# labeled bracketing F1 on wsj_0160-wsj_0179 (273 trees) with the paper's
+# search (beam 21, alpha 0.3, up to input + 300), and print it.
+# Usage: bash scripts/parsing_sample.sh TREEBANK RUN_DIR [extra train flags]
+#   TREEBANK: the sample's .tar.gz or a directory holding wsj_NNNN.mrg files
+#   (e.g. ../shared/data/ptb-sample/wsj_0001-0179.mrg.tar.gz).
+# Step-bounded (STEPS, default below) to end within 20 minutes on a 2-core
+# CPU; docs/parsing.md gives the settings tried and the figures. Running it
+# again with the same arguments resumes (or, once done, only scores again).
+set -euo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: bash scripts/parsing_sample.sh TREEBANK RUN_DIR [train flags]" >&2
+  exit 2
+fi
+treebank=$1 run_dir=${2%/}
+shift 2
+cd "$(dirname "$0")/.."
+export KERAS_BACKEND="${KERAS_BACKEND:-tensorflow}"
+bash scripts/setup.sh --extras "$KERAS_BACKEND"
+export TF_CPP_MIN_LOG_LEVEL=2
+STEPS="${STEPS:-600}"
+
+# The split, as files under RUN_DIR.treebank/ (kept: a resumed run reads
+# the same paths, which are part of its identity).
+split="$run_dir.treebank"
+if [ -d "$treebank" ]; then
+  source_dir=$(cd "$treebank" && pwd)
+elif [ -f "$treebank" ]; then
+  source_dir="$split/all"
+  if [ ! -d "$source_dir" ]; then
+    mkdir -p "$source_dir.partial"
+    tar -xzf "$treebank" -C "$source_dir.partial"
+    mv "$source_dir.partial" "$source_dir"
+  fi
+else
+  echo "parsing_sample.sh: $treebank is neither a directory nor an archive" >&2
+  exit 2
+fi
+mkdir -p "$split/train" "$split/dev"
+found=0
+while IFS= read -r -d '' file; do
+  name=$(basename "$file")
+  number=$((10#${name:4:4}))
+  if [ "$number" -ge 1 ] && [ "$number" -le 159 ]; then
+    ln -sfn "$file" "$split/train/$name"; found=$((found + 1))
+  elif [ "$number" -ge 160 ] && [ "$number" -le 179 ]; then
+    ln -sfn "$file" "$split/dev/$name"; found=$((found + 1))
+  fi
+done < <(find "$source_dir" -name 'wsj_[0-9][0-9][0-9][0-9].mrg' -print0)
+if [ ! "$(ls -A "$split/train")" ] || [ ! "$(ls -A "$split/dev")" ]; then
+  echo "parsing_sample.sh: $treebank holds no wsj_0001-0159 (train) or" \
+    "wsj_0160-0179 (dev) .mrg files" >&2
+  exit 2
+fi
+echo "treebank split: $found files -> $split/train, $split/dev"
+
+start=$SECONDS
+.venv/bin/keras-transformer train --task parsing --run-dir "$run_dir" \
+  --train-trees "$split/train" --valid-trees "$split/dev" \
+  --test-trees "$split/dev" \
+  --preset small --set dropout_rate=0.2 --set attention_dropout_rate=0.2 \
+  --vocab-size 8000 --max-length 256 --tokens-per-batch 4096 \
+  --max-steps "$STEPS" --eval-every 0 --checkpoint-every 200 "$@"
+.venv/bin/python - "$run_dir" "$((SECONDS - start))" <<'PY'
+import json, sys
+scores = json.load(open(f"{sys.argv[1]}/test_scores.json"))
+print(
+    f"dev (wsj_0160-0179, {scores['parsed']} sentences, beam 21): "
+    f"F1 {scores['f1']:.2f}, precision {scores['precision']:.2f}, "
+    f"recall {scores['recall']:.2f}, exact match {scores['exact_match']:.2f}, "
+    f"{scores['repaired']} parses repaired; {int(sys.argv[2]) // 60} min"
+)
+PY

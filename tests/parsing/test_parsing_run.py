@@ -1,0 +1,121 @@
+"""The parsing task end to end: a tiny step-bounded run trains on a treebank,
+parses (one tree per input line, empty and long lines included) and scores."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from keras_transformer.cli import main
+from keras_transformer.parsing.tree import parse_tree
+from tests.helpers import TRAINING_MODEL
+
+_WORDS = {
+    "DT": ["the", "a", "every"],
+    "NN": ["dog", "cat", "market", "price", "report"],
+    "JJ": ["old", "big", "quiet"],
+    "NNP": ["Anna", "Boston", "Friday"],
+    "VBD": ["saw", "rose", "liked", "left"],
+    "IN": ["in", "near", "with"],
+}
+
+
+def _leaf(rng: random.Random, tag: str) -> str:
+    return f"({tag} {rng.choice(_WORDS[tag])})"
+
+
+def _noun_phrase(rng: random.Random, depth: int = 0) -> str:
+    choice = rng.random()
+    if choice < 0.3:
+        return f"(NP {_leaf(rng, 'NNP')})"
+    base = f"(NP {_leaf(rng, 'DT')} {_leaf(rng, 'JJ') + ' ' if choice < 0.5 else ''}"
+    base = base.rstrip() + f" {_leaf(rng, 'NN')})"
+    if depth == 0 and rng.random() < 0.3:
+        return f"(NP {base} (PP {_leaf(rng, 'IN')} {_noun_phrase(rng, 1)}))"
+    return base
+
+
+def _sentence(rng: random.Random) -> str:
+    verb = f"(VP {_leaf(rng, 'VBD')}" + (
+        f" {_noun_phrase(rng)})" if rng.random() < 0.7 else ")"
+    )
+    return f"( (S {_noun_phrase(rng)} {verb} (. .)) )"
+
+
+def _write_treebank(path, count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    trees = [_sentence(rng) for _ in range(count)]
+    path.write_text("\n".join(trees) + "\n", encoding="utf-8")
+    return trees
+
+
+@pytest.fixture(scope="module")
+def parsing_run(tmp_path_factory):
+    """A 4-update parsing run of a very small model on generated trees."""
+    root = tmp_path_factory.mktemp("parsing")
+    _write_treebank(root / "train.mrg", 150, seed=1)
+    _write_treebank(root / "dev.mrg", 8, seed=2)
+    overrides = [f"--set={key}={value}" for key, value in TRAINING_MODEL.items()]
+    argv = [
+        "train", "--task", "parsing", "--run-dir", str(root / "run"),
+        "--train-trees", str(root / "train.mrg"),
+        "--valid-trees", str(root / "dev.mrg"),
+        "--test-trees", str(root / "dev.mrg"),
+        *overrides, "--vocab-size", "100", "--tokens-per-batch", "1024",
+        "--max-length", "64", "--max-steps", "4", "--eval-every", "2",
+        "--dev-subset", "4", "--checkpoint-every", "0", "--beam-size", "2",
+        "--verbose", "0",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    return root
+
+
+def test_a_parsing_run_scores_its_test_trees_and_dev_f1(parsing_run):
+    run = parsing_run / "run"
+    scores = json.loads((run / "test_scores.json").read_text(encoding="utf-8"))
+    assert scores["parsed"] == scores["sentences"] == 8
+    assert 0.0 <= scores["f1"] <= 100.0
+    assert {"precision", "recall", "exact_match", "repaired"} <= set(scores)
+    manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["identity"]["task"] == "parsing"
+    assert manifest["identity"]["tokenizer"] == "words"
+    entries = (run / "dev_bleu.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["step"] for line in entries] == [2, 4]
+    assert all("dev_f1" in json.loads(line) for line in entries)
+
+
+def test_parse_writes_one_tree_over_each_lines_words(parsing_run, tmp_path, capsys):
+    long_line = " ".join(["the", "old", "dog", "saw", "a", "cat"] * 15)
+    lines = ["Anna saw the dog .", "", "   ", long_line, "a cat left ."]
+    source = tmp_path / "sentences.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    argv = ["parse", "--run-dir", str(parsing_run / "run"), "--input", str(source)]
+    assert main([*argv, "--beam-size", "2", "--max-extra-length", "20"]) == 0
+    output = capsys.readouterr().out.splitlines()
+    assert len(output) == len(lines)
+    for line, tree_text in zip(lines, output):
+        if not line.strip():
+            assert tree_text == ""  # An empty line has no tree.
+        else:
+            assert parse_tree(tree_text).words() == line.split()
+
+
+def test_evaluate_parsing_parses_the_gold_words_and_prints_f1(parsing_run, capsys):
+    gold = parsing_run / "dev.mrg"
+    argv = ["evaluate", "--task", "parsing", "--run-dir", str(parsing_run / "run")]
+    capsys.readouterr()
+    assert main([*argv, "--ref", str(gold), "--beam-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Labeled bracketing" in out and "F1" in out
+    assert "repaired parses:" in out
+
+
+def test_a_parsing_run_refuses_to_translate(parsing_run, tmp_path, capsys):
+    source = tmp_path / "in.txt"
+    source.write_text("Anna saw the dog .\n", encoding="utf-8")
+    run = str(parsing_run / "run")
+    assert main(["translate", "--run-dir", run, "--input", str(source)]) == 2
+    assert "trained for parsing" in capsys.readouterr().err
