@@ -41,6 +41,7 @@ NOTEBOOKS = {
     "transformer_translation": ("tensorflow", "torch"),
     "transformer_translation_jax": ("jax",),
     "paper_ablations": ("tensorflow",),
+    "parsing_table4": ("tensorflow",),
 }
 
 

@@ -66,7 +66,11 @@ def _dataset_spec(args: argparse.Namespace):
 
     trees = _trees_spec(args)
     if trees:
-        return DatasetSpec(name="treebank", files=trees)
+        return DatasetSpec(
+            name="treebank", files=trees, linearization=args.linearization
+        )
+    if getattr(args, "linearization", "tags") != "tags":
+        raise ValueError("--linearization applies to --train-trees (--task parsing).")
     return DatasetSpec(
         name=args.dataset,
         builtin_size=args.builtin_size,
@@ -185,8 +189,8 @@ def _translator(args: argparse.Namespace, task: str = "translation"):
     if getattr(args, "preset", None):  # `parse` has no --preset.
         from keras_transformer.task.seq2seq_lm import TransformerSeq2SeqLM
 
-        task = TransformerSeq2SeqLM.from_preset(args.preset)
-        return Translator(task.backbone, task.tokenizer, settings)
+        lm = TransformerSeq2SeqLM.from_preset(args.preset)
+        return Translator(lm.backbone, lm.tokenizer, settings)
     run = _run(args)
     _check_run_task(run, task)
     run = run.open_for_inference(args.model)
@@ -312,7 +316,9 @@ def _evaluate_parsing(args: argparse.Namespace) -> int:
         parses = evaluation.read_parses(args.hyp, gold, lenient_utf8=args.lenient_utf8)
     else:
         translator = _translator(args, "parsing")
-        parses = evaluation.parse_sentences(translator, [t.words() for t in gold])
+        parses = evaluation.parse_sentences(
+            translator, [t.words() for t in gold], with_words=_run(args).tree_words
+        )
     if args.output:
         from keras_transformer.utils.atomic_files import atomic_write_text
 
@@ -326,7 +332,9 @@ def _parse(args: argparse.Namespace) -> int:
 
     lines = _read_lines(args.input, args) if args.input else _read_stdin(args)
     parses = evaluation.parse_sentences(
-        _translator(args, "parsing"), [line.split() for line in lines]
+        _translator(args, "parsing"),
+        [line.split() for line in lines],
+        with_words=_run(args).tree_words,
     )
     sys.stdout.write(evaluation.trees_text(parses))
     repaired = evaluation.repair_counts(parses)
@@ -401,6 +409,8 @@ def _serve(args: argparse.Namespace) -> int:
     names = (field.name for field in dataclasses.fields(ServeOptions))
     options = ServeOptions(**{name: getattr(args, name) for name in names})
     _check_model_source(args)
+    if args.run_dir:
+        _check_run_task(_run(args), "translation")
     if args.preset and args.export_dir:
         raise ValueError("--preset and --export-dir both name the weights: pass one.")
     return serve(

@@ -195,7 +195,7 @@ def _add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser, *, store: bool) -> None:
-    from keras_transformer.data.datasets import DatasetSpec
+    from keras_transformer.data.datasets import LINEARIZATIONS, DatasetSpec
 
     data = parser.add_argument_group("data")
     spec = DatasetSpec()
@@ -221,6 +221,14 @@ def _add_data_arguments(parser: argparse.ArgumentParser, *, store: bool) -> None
                 help=f"--task parsing: the {split} treebank (.mrg files, a "
                 "directory, a .tar.gz, or one tree per line)",
             )
+        data.add_argument(
+            "--linearization",
+            choices=LINEARIZATIONS,
+            default=spec.linearization,
+            help="--task parsing: the target's tokens, part-of-speech tags "
+            "only (the paper's) or each tag followed by its word (learns "
+            f"sooner on small data; docs/parsing.md) (default: {spec.linearization})",
+        )
     data.add_argument("--source-lang", help="multi30k / tfds source language")
     data.add_argument("--target-lang", help="multi30k / tfds target language")
     data.add_argument(

@@ -29,6 +29,9 @@ from keras_transformer.data.text_files import (
 from keras_transformer.data.tfds_source import tfds_source
 
 DATASETS = ("builtin", "multi30k", "files", "treebank", "tfds:NAME", "store:DIR")
+LINEARIZATIONS = ("tags", "tags+words")
+"""A treebank's target: part-of-speech tags only (the paper's), or each tag
+followed by its word (`parsing.linearize`)."""
 TREEBANK_FORMAT = 1
 """Version of the treebank pairs (cleaning and linearization): part of a
 store's identity, so a change of either makes a new store."""
@@ -57,6 +60,8 @@ class DatasetSpec:
     # For name="files": {"train": (src, tgt) or (tsv,), "valid": ..., "test": ...}
     files: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     lenient_utf8: bool = False
+    # treebank: the target's tokens, "tags" (the paper's) or "tags+words".
+    linearization: str = "tags"
 
     def __post_init__(self) -> None:
         # A setting that the chosen dataset does not read would be ignored
@@ -64,6 +69,13 @@ class DatasetSpec:
         # load_dataset's error.)
         downloaded = self.name == "multi30k" or self.name.startswith("tfds:")
         store = self.name.startswith(STORE_PREFIX)
+        if self.linearization not in LINEARIZATIONS:
+            raise DataError(
+                f"--linearization must be one of {', '.join(LINEARIZATIONS)}. "
+                f"Received: {self.linearization!r}"
+            )
+        if self.linearization != "tags" and self.name != "treebank":
+            self._refuse_unread("--linearization (linearization=)", "treebank")
         local = ("builtin", "files", "treebank")
         if not downloaded and not store and self.name not in local:
             return
@@ -221,8 +233,12 @@ def _treebank(spec: DatasetSpec) -> dict[str, SplitSource]:
     splits = {}
     for name, (path,) in spec.files.items():
         files = _treebank_files(Path(path), f"--{name}-trees")
-        blocks = _block_reader(_treebank_blocks, Path(path))
-        identity = {"treebank_format": TREEBANK_FORMAT}
+        with_words = spec.linearization == "tags+words"
+        blocks = _block_reader(_treebank_blocks, Path(path), with_words)
+        identity = {
+            "treebank_format": TREEBANK_FORMAT,
+            "linearization": spec.linearization,
+        }
         splits[name] = SplitSource(f"{path} (trees)", blocks, files, identity)
     return splits
 
@@ -244,13 +260,15 @@ def _treebank_files(path: Path, flag: str) -> tuple[Path, ...]:
     return (path,)
 
 
-def _treebank_blocks(path: Path) -> Iterator[PairBlock]:
+def _treebank_blocks(path: Path, with_words: bool) -> Iterator[PairBlock]:
     from keras_transformer.data.treebank import read_treebank
     from keras_transformer.parsing.linearize import linearize_text
 
     trees = [sentence.tree for sentence in read_treebank(path)]
     yield PairBlock(
-        1, [" ".join(tree.words()) for tree in trees], list(map(linearize_text, trees))
+        1,
+        [" ".join(tree.words()) for tree in trees],
+        [linearize_text(tree, with_words=with_words) for tree in trees],
     )
 
 

@@ -66,15 +66,21 @@ class ParsingResult:
 
 
 def parse_sentences(
-    translate: Callable[[list[str]], list[str]], sentences: Sequence[Sequence[str]]
+    translate: Callable[[list[str]], list[str]],
+    sentences: Sequence[Sequence[str]],
+    *,
+    with_words: bool = False,
 ) -> list[Delinearized | None]:
-    """One parse per sentence (None for an empty one), in order."""
+    """One parse per sentence (None for an empty one), in order; `with_words`:
+    the model was trained on targets with the words (`linearize`)."""
     sentences = [list(words) for words in sentences]
     wanted = [index for index, words in enumerate(sentences) if words]
     outputs = translate([" ".join(sentences[index]) for index in wanted])
     parses: list[Delinearized | None] = [None] * len(sentences)
     for index, output in zip(wanted, outputs, strict=True):
-        parses[index] = delinearize(output.split(), sentences[index])
+        parses[index] = delinearize(
+            output.split(), sentences[index], with_words=with_words
+        )
     return parses
 
 
@@ -134,10 +140,12 @@ def read_parses(
     return parses
 
 
-def _split_trees(sources: Sequence[str], targets: Sequence[str]) -> list[Tree]:
+def _split_trees(
+    sources: Sequence[str], targets: Sequence[str], with_words: bool
+) -> list[Tree]:
     """Gold trees back from (words, linearized tree) pairs: lossless."""
     return [
-        delinearize(target.split(), source.split()).tree
+        delinearize(target.split(), source.split(), with_words=with_words).tree
         for source, target in zip(sources, targets)
     ]
 
@@ -146,11 +154,15 @@ def evaluate_parser_split(
     translate: Callable[[list[str]], list[str]],
     corpus,
     trees_path: str | Path | None = None,
+    *,
+    with_words: bool = False,
 ) -> ParsingResult:
     """Parse a whole evaluation split (a `ParallelCorpus` of words and
     linearized trees) and score it; write the trees to `trees_path`."""
-    gold = _split_trees(corpus.source, corpus.target)
-    parses = parse_sentences(translate, [tree.words() for tree in gold])
+    gold = _split_trees(corpus.source, corpus.target, with_words)
+    parses = parse_sentences(
+        translate, [tree.words() for tree in gold], with_words=with_words
+    )
     if trees_path is not None:
         from keras_transformer.utils.atomic_files import atomic_write_text
 
@@ -159,12 +171,18 @@ def evaluate_parser_split(
 
 
 def linearized_f1(
-    sources: Sequence[str], targets: Sequence[str], hypotheses: Sequence[str]
+    sources: Sequence[str],
+    targets: Sequence[str],
+    hypotheses: Sequence[str],
+    *,
+    with_words: bool = False,
 ) -> dict[str, float]:
     """Dev figures from linearized outputs: labeled F1 and repairs."""
-    gold = _split_trees(sources, targets)
+    gold = _split_trees(sources, targets, with_words)
     parses = [
-        delinearize(output.split(), tree.words()) if tree.words() else None
+        delinearize(output.split(), tree.words(), with_words=with_words)
+        if tree.words()
+        else None
         for output, tree in zip(hypotheses, gold)
     ]
     result = evaluate_parses(parses, gold)

@@ -242,6 +242,14 @@ class RunDirectory:
             return None
         return manifest.get("identity", {}).get("task", "translation")
 
+    @property
+    def tree_words(self) -> bool:
+        """A parsing run whose targets hold the words (`--linearization
+        tags+words`)."""
+        manifest = self.manifest() or {}
+        data = manifest.get("identity", {}).get("data", {})
+        return data.get("linearization", "tags") == "tags+words"
+
     def is_empty(self) -> bool:
         return not self.path.exists() or not any(self.path.iterdir())
 

@@ -347,7 +347,8 @@ class _Job:
             return None
         from keras_transformer.parsing.evaluation import linearized_f1
 
-        return functools.partial(linearized_f1, sources, targets)
+        with_words = self.options.data.linearization == "tags+words"
+        return functools.partial(linearized_f1, sources, targets, with_words=with_words)
 
     def stopped_early(self) -> bool:
         return bool(
@@ -515,7 +516,10 @@ def _test_score(job: _Job) -> BleuResult | ParsingResult | None:
         from keras_transformer.parsing.evaluation import evaluate_parser_split
 
         test = evaluate_parser_split(
-            translator, test_split, job.run.test_hypotheses_path
+            translator,
+            test_split,
+            job.run.test_hypotheses_path,
+            with_words=options.data.linearization == "tags+words",
         )
     else:
         test = evaluate_split(translator, test_split, job.run.test_hypotheses_path)

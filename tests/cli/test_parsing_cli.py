@@ -279,3 +279,8 @@ def test_evaluate_parsing_lenient_utf8_needs_hyp(tmp_path, capsys):
     run = tmp_path / "run"
     assert _evaluate("--run-dir", run, "--ref", gold, "--lenient-utf8") == 2
     assert "--lenient-utf8 applies to --hyp only" in capsys.readouterr().err
+
+
+def test_linearization_without_trees_exits_2(train_exit, capsys):
+    assert train_exit("--linearization", "tags+words") == 2
+    assert "--linearization applies to --train-trees" in capsys.readouterr().err

@@ -319,3 +319,49 @@ def test_treebank_sample_round_trips():
         result = delinearize(linearize(tree), tree.words())
         assert result.tree == tree, tree.to_string()
         assert result.repairs == ()
+
+
+# --------------------------------------------------------------------------
+# with_words: each tag followed by its word
+# --------------------------------------------------------------------------
+
+
+def test_with_words_writes_each_word_after_its_tag():
+    tree = parse_tree(GOOSE)
+    assert linearize(tree, with_words=True) == [
+        "(S", "(NP", "DT", "A", "NN", "goose", ")NP",
+        "(VP", "VBD", "honked", "(ADVP", "RB", "loudly", ")ADVP", ")VP",
+        ".", ".", ")S",
+    ]  # fmt: skip
+    back = delinearize(linearize(tree, with_words=True), tree.words(), with_words=True)
+    assert back == Delinearized(tree=tree, repairs=())
+
+
+def test_with_words_takes_the_input_words_whatever_the_copies_say():
+    tree = parse_tree(GOOSE)
+    tokens = linearize(tree, with_words=True)
+    tokens[3] = "The"  # The model copied another word: not a repair.
+    assert delinearize(tokens, tree.words(), with_words=True).tree == tree
+
+
+def test_with_words_a_tag_without_its_copy_is_a_missing_word():
+    words = ["A", "goose", "honked"]
+    result = delinearize("(S (NP DT A NN )NP (VP VBD )VP )S", words, with_words=True)
+    # NN is followed by a bracket, VBD by a bracket: both copies are missing,
+    # the tree is still the tags' tree over the input's words.
+    assert result.tree == parse_tree("(S (NP (DT A) (NN goose)) (VP (VBD honked)))")
+    assert result.repairs == ("missing word",)
+    ends_on_a_tag = delinearize(
+        ["(S", "DT", "A", "NN"], ["A", "goose"], with_words=True
+    )
+    assert ends_on_a_tag.repairs == ("missing word", "unclosed")
+
+
+@pytest.mark.skipif(not PTB_SAMPLE.is_file(), reason=f"{PTB_SAMPLE} is absent")
+def test_treebank_sample_round_trips_with_words():
+    for sentence in read_treebank(PTB_SAMPLE):
+        tree = sentence.tree
+        tokens = linearize(tree, with_words=True)
+        assert delinearize(tokens, tree.words(), with_words=True) == Delinearized(
+            tree=tree, repairs=()
+        )

@@ -119,3 +119,31 @@ def test_a_parsing_run_refuses_to_translate(parsing_run, tmp_path, capsys):
     run = str(parsing_run / "run")
     assert main(["translate", "--run-dir", run, "--input", str(source)]) == 2
     assert "trained for parsing" in capsys.readouterr().err
+
+
+def test_a_parsing_run_is_not_served(parsing_run, capsys):
+    assert main(["serve", "--run-dir", str(parsing_run / "run"), "--port", "0"]) == 2
+    assert "trained for parsing" in capsys.readouterr().err
+
+
+def test_a_run_with_words_in_its_targets_parses_with_them(tmp_path, capsys):
+    _write_treebank(tmp_path / "train.mrg", 60, seed=3)
+    run = tmp_path / "run"
+    overrides = [f"--set={key}={value}" for key, value in TRAINING_MODEL.items()]
+    argv = [
+        "train", "--task", "parsing", "--run-dir", str(run),
+        "--train-trees", str(tmp_path / "train.mrg"),
+        "--linearization", "tags+words", *overrides, "--vocab-size", "100",
+        "--tokens-per-batch", "1024", "--max-length", "64", "--max-steps", "2",
+        "--checkpoint-every", "0", "--eval-every", "0", "--verbose", "0",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["identity"]["data"]["linearization"] == "tags+words"
+    source = tmp_path / "in.txt"
+    source.write_text("Anna saw the dog .\n", encoding="utf-8")
+    capsys.readouterr()
+    parse = ["parse", "--run-dir", str(run), "--input", str(source)]
+    assert main([*parse, "--beam-size", "2", "--max-extra-length", "10"]) == 0
+    (tree,) = capsys.readouterr().out.splitlines()
+    assert parse_tree(tree).words() == ["Anna", "saw", "the", "dog", "."]
