@@ -254,7 +254,6 @@ PRESETS: dict[str, TransformerConfig] = {
     # tensor2tensor's transformer_parsing_base (its WSJ-only recipe).
     "parsing": dataclasses.replace(
         _BASE,
-        vocab_size=16000,
         num_encoder_layers=4,
         num_decoder_layers=4,
         d_model=1024,

@@ -9,16 +9,27 @@
 # Step-bounded (STEPS, default below) to end within 20 minutes on a 2-core
 # CPU; docs/parsing.md gives the settings tried and the figures. Running it
 # again with the same arguments resumes (or, once done, only scores again).
+# SKIP_SETUP=1 uses the environment as it is (PYTHON, default .venv's) instead
+# of running scripts/setup.sh first.
 set -euo pipefail
 if [ $# -lt 2 ]; then
   echo "usage: bash scripts/parsing_sample.sh TREEBANK RUN_DIR [train flags]" >&2
   exit 2
 fi
-treebank=$1 run_dir=${2%/}
+absolute() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
+if [ ! -e "$1" ]; then
+  echo "parsing_sample.sh: $1 is neither a directory nor an archive" >&2
+  exit 2
+fi
+mkdir -p "$(dirname "$2")"
+treebank=$(absolute "$1") run_dir=$(absolute "${2%/}")
 shift 2
 cd "$(dirname "$0")/.."
 export KERAS_BACKEND="${KERAS_BACKEND:-tensorflow}"
-bash scripts/setup.sh --extras "$KERAS_BACKEND"
+if [ -z "${SKIP_SETUP:-}" ]; then
+  bash scripts/setup.sh --extras "$KERAS_BACKEND"
+fi
+PYTHON="${PYTHON:-.venv/bin/python}"
 export TF_CPP_MIN_LOG_LEVEL=2
 STEPS="${STEPS:-600}"
 
@@ -57,17 +68,18 @@ fi
 echo "treebank split: $found files -> $split/train, $split/dev"
 
 start=$SECONDS
-.venv/bin/keras-transformer train --task parsing --run-dir "$run_dir" \
+"$PYTHON" -m keras_transformer train --task parsing --run-dir "$run_dir" \
   --train-trees "$split/train" --valid-trees "$split/dev" \
   --test-trees "$split/dev" \
   --preset small --set dropout_rate=0.2 --set attention_dropout_rate=0.2 \
   --vocab-size 8000 --max-length 256 --tokens-per-batch 4096 \
   --max-steps "$STEPS" --eval-every 0 --checkpoint-every 200 "$@"
-.venv/bin/python - "$run_dir" "$((SECONDS - start))" <<'PY'
+"$PYTHON" - "$run_dir" "$((SECONDS - start))" <<'PY'
 import json, sys
 scores = json.load(open(f"{sys.argv[1]}/test_scores.json"))
+beam = json.load(open(f"{sys.argv[1]}/manifest.json"))["options"]["beam_size"]
 print(
-    f"dev (wsj_0160-0179, {scores['parsed']} sentences, beam 21): "
+    f"dev (wsj_0160-0179, {scores['parsed']} sentences, beam {beam}): "
     f"F1 {scores['f1']:.2f}, precision {scores['precision']:.2f}, "
     f"recall {scores['recall']:.2f}, exact match {scores['exact_match']:.2f}, "
     f"{scores['repaired']} parses repaired; {int(sys.argv[2]) // 60} min"

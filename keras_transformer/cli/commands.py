@@ -193,6 +193,8 @@ def _translator(args: argparse.Namespace, task: str = "translation"):
         return Translator(lm.backbone, lm.tokenizer, settings)
     run = _run(args)
     _check_run_task(run, task)
+    if run.tree_words:  # Its targets hold <unk> for rare words (linearize).
+        settings = settings.replace(allow_unk=True)
     run = run.open_for_inference(args.model)
     return Translator(run.model, run.tokenizer, settings)
 
@@ -201,7 +203,7 @@ def _check_run_task(run, task: str) -> None:
     """Refuse a run trained for another task (its output would be nonsense)."""
     trained = run.task
     if trained is not None and trained != task:
-        command = {"translation": "translate / evaluate", "parsing": "parse"}[trained]
+        command = {"translation": "translate", "parsing": "parse"}.get(trained, "")
         raise ValueError(
             f"{run.path} was trained for {trained} (its manifest says so), not "
             f"{task}: use keras-transformer {command} with it."
@@ -367,6 +369,7 @@ def _average(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     settings = _search_settings(args)
+    _check_run_task(_run(args), "translation")  # The exports translate text.
     if args.format == "ctranslate2":
         from keras_transformer.export import export_ctranslate2
         from keras_transformer.export.options import DEFAULT_MAX_POSITIONS

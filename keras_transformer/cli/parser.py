@@ -155,6 +155,7 @@ def _add_option(
         choices=None if meta.get("choices") is None else list(meta["choices"]),
         help=f"{meta['help']} (default: {default_text or default})",
     )
+    action.default_text = default_text  # For the CLI reference.
     action.setting = field  # For the CLI reference: the whole range.
 
 

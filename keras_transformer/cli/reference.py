@@ -66,6 +66,8 @@ def _row(action: argparse.Action) -> str:
 def _default(action: argparse.Action) -> str:
     if isinstance(action, argparse._StoreTrueAction):
         return "off"
+    if getattr(action, "default_text", None):  # A default that depends on a flag.
+        return action.default_text
     if action.default is None or action.default == []:
         return "—"
     if isinstance(action.default, list):

@@ -92,6 +92,11 @@ class DatasetSpec:
                 flag = "--" + field.replace("_", "-")
                 self._refuse_unread(f"{flag} ({field}=)", "multi30k or tfds:NAME")
 
+    @property
+    def with_words(self) -> bool:
+        """A treebank whose targets hold each tag's word (`LINEARIZATIONS`)."""
+        return self.linearization == "tags+words"
+
     def _refuse_unread(self, setting: str, datasets: str) -> None:
         raise DataError(
             f"{setting} is read only with --dataset {datasets}; --dataset "
@@ -231,10 +236,15 @@ def _treebank(spec: DatasetSpec) -> dict[str, SplitSource]:
     if "train" not in spec.files:
         raise DataError("--task parsing needs --train-trees (a treebank).")
     splits = {}
-    for name, (path,) in spec.files.items():
+    for name, paths in spec.files.items():
+        if len(paths) != 1:
+            raise DataError(
+                f"--dataset treebank reads one treebank per split (--{name}-trees); "
+                f"received {len(paths)} paths for {name}."
+            )
+        path = paths[0]
         files = _treebank_files(Path(path), f"--{name}-trees")
-        with_words = spec.linearization == "tags+words"
-        blocks = _block_reader(_treebank_blocks, Path(path), with_words)
+        blocks = _block_reader(_treebank_blocks, Path(path), spec.with_words)
         identity = {
             "treebank_format": TREEBANK_FORMAT,
             "linearization": spec.linearization,
@@ -245,31 +255,32 @@ def _treebank(spec: DatasetSpec) -> dict[str, SplitSource]:
 
 def _treebank_files(path: Path, flag: str) -> tuple[Path, ...]:
     """The files a treebank path stands for (their digests name the store)."""
-    if path.is_dir():
-        files = sorted(
-            file
-            for file in path.rglob("*")
-            if file.is_file() and not file.name.startswith(".")
-        )
-        if not files:
-            raise DataError(f"{flag} {path}: the directory holds no files.")
-        return tuple(files)
-    if not path.exists():
-        raise DataError(f"{flag} {path}: no such file or directory.")
-    _check_regular_file(path, flag)
-    return (path,)
+    from keras_transformer.data.treebank import treebank_files
+
+    try:
+        files = treebank_files(path)
+    except DataError as error:
+        raise DataError(f"{flag}: {error}") from None
+    if not path.is_dir():
+        _check_regular_file(path, flag)
+    return tuple(files)
 
 
 def _treebank_blocks(path: Path, with_words: bool) -> Iterator[PairBlock]:
     from keras_transformer.data.treebank import read_treebank
     from keras_transformer.parsing.linearize import linearize_text
 
-    trees = [sentence.tree for sentence in read_treebank(path)]
-    yield PairBlock(
-        1,
-        [" ".join(tree.words()) for tree in trees],
-        [linearize_text(tree, with_words=with_words) for tree in trees],
-    )
+    sentences = read_treebank(path)
+    targets = []
+    for sentence in sentences:
+        try:
+            targets.append(linearize_text(sentence.tree, with_words=with_words))
+        except ValueError as error:
+            raise DataError(
+                f"{sentence.source}:{sentence.line}: this tree cannot be a "
+                f"parser's target: {error}"
+            ) from None
+    yield PairBlock(1, [" ".join(s.tree.words()) for s in sentences], targets)
 
 
 def _multi30k(spec: DatasetSpec) -> dict[str, SplitSource]:

@@ -115,7 +115,11 @@ def check_store_settings(options: Any, store: TokenStore) -> None:
     `options` (a `TrainOptions`) takes them from it (through
     `with_store_settings`); a value that is not the default and differs from
     the store's is refused."""
+    from keras_transformer.parsing.settings import task_tokenizer
+
     defaults = {field.name: field.default for field in dataclasses.fields(options)}
+    # train's tokenizer default is the task's, filled in before this check.
+    defaults["tokenizer"] = task_tokenizer(getattr(options, "task", "translation"))
     for name in STORE_SETTINGS:
         given, stored = getattr(options, name), store.settings[name]
         if given != stored and given != defaults[name]:

@@ -62,7 +62,13 @@ from pathlib import Path, PurePosixPath
 from keras_transformer.data.text_files import DataError
 from keras_transformer.parsing.tree import Tree, TreeError, iter_trees
 
-__all__ = ["TreebankSentence", "clean_tree", "read_treebank", "write_trees"]
+__all__ = [
+    "TreebankSentence",
+    "clean_tree",
+    "read_treebank",
+    "treebank_files",
+    "write_trees",
+]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _UTF8_BOM = "\ufeff"
@@ -209,6 +215,15 @@ def _check_writable(tree: Tree, number: int) -> None:
 # --------------------------------------------------------------------------
 # Files, directories and archives
 # --------------------------------------------------------------------------
+
+
+def treebank_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The files `read_treebank(path)` reads (a directory's, by its rules;
+    an archive or a file is itself); their digests identify a corpus."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: no such file or directory.")
+    return _directory_files(path, None) if path.is_dir() else [path]
 
 
 def _sources(

@@ -21,11 +21,14 @@ With ``with_words=True`` each tag is followed by its word, a copy of the
 source's (``(S (NP NNP Pierre )NP (VP VBZ runs )VP . . )S``): the targets
 are longer, but the decoder can find its place in the sentence by the word
 it has just written instead of by counting tags, which a small model
-trained briefly learns much sooner (docs/parsing.md has the figures). Reading
-such output, the token after each tag fills the word's slot and is
-otherwise ignored (the tree takes the input's word even where the copy
-differs); a tag followed by a bracket or by nothing has lost its copy:
-"missing word".
+trained briefly learns much sooner (docs/parsing.md has the figures).
+Reading such output, the token after a tag is its copy when it is that
+word, or ``<unk>`` (the vocabulary's stand-in for a rare word); the tree
+takes the input's word. Any other token after a tag means the copy is
+missing ("missing word") and is read as the next token in its own right, so
+one lost copy does not shift every later tag onto the wrong word. (After a
+tag dropped as an "extra tag", any token but a bracket is taken as its
+copy.)
 
 `delinearize` puts the words back and always returns a tree whose words are
 exactly the given words, in order, whatever the tokens (a model's output may
@@ -203,6 +206,7 @@ class _Reader:
     def __init__(self, words: Sequence[str], with_words: bool = False) -> None:
         self.with_words = with_words
         self.expect_word = False  # with_words: the last token was a tag
+        self.copy_of: str | None = None  # the word that tag took, if any
         self.words = list(words)
         self.used = 0  # words given a tag so far
         self.open: list[tuple[str, list[Tree]]] = []  # innermost last
@@ -221,7 +225,7 @@ class _Reader:
         bracket = token[:1] in ("(", ")") and _is_label(token[1:])
         if self.expect_word:
             self.expect_word = False
-            if not bracket:
+            if self.is_copy(token, bracket):
                 return  # The tag's copy of its word: the input's is used.
             self.repair(_MISSING_WORD)
         if token.startswith("(") and _is_label(token[1:]):
@@ -232,6 +236,12 @@ class _Reader:
             self.tag(token)
         else:
             self.repair(_UNKNOWN_TOKEN)
+
+    def is_copy(self, token: str, bracket: bool) -> bool:
+        """Whether `token`, right after a tag, is that tag's word."""
+        if self.copy_of is None:  # The tag took no word (an extra tag).
+            return not bracket
+        return token in (self.copy_of, "<unk>")
 
     def close(self, label: str) -> None:
         if not self.open:
@@ -250,10 +260,12 @@ class _Reader:
 
     def tag(self, tag: str) -> None:
         self.expect_word = self.with_words
+        self.copy_of = None
         if self.used == len(self.words):
             self.repair(_EXTRA_TAG)
             return
         self.add(Tree(tag, (self.words[self.used],)))
+        self.copy_of = self.words[self.used]
         self.used += 1
 
     def close_all(self) -> None:

@@ -21,6 +21,11 @@ PARSING_TOKENIZER = "words"
 target the linearized tree (`parsing.linearize`)."""
 
 
+def task_tokenizer(task: str) -> str:
+    """The tokenizer kind `task` trains when none is given."""
+    return PARSING_TOKENIZER if task == "parsing" else "sentencepiece"
+
+
 def task_search(task: str) -> SearchSettings:
     """The search defaults of `task` (one of `TASKS`)."""
     if task not in TASKS:

@@ -248,7 +248,7 @@ class RunDirectory:
         tags+words`)."""
         manifest = self.manifest() or {}
         data = manifest.get("identity", {}).get("data", {})
-        return data.get("linearization", "tags") == "tags+words"
+        return data.get("linearization") == "tags+words"
 
     def is_empty(self) -> bool:
         return not self.path.exists() or not any(self.path.iterdir())

@@ -69,7 +69,7 @@ class TrainResult:
     steps: int
     train_seconds: float
     final_loss: float
-    test: BleuResult | None
+    test: BleuResult | ParsingResult | None
 
 
 def run_identity(
@@ -77,10 +77,13 @@ def run_identity(
 ) -> dict[str, Any]:
     """Every setting that changes the run's trajectory (must match to resume),
     as the JSON values the manifest stores."""
+    data = dataclasses.asdict(options.data)
+    if data["linearization"] == "tags":  # Runs from before it keep their identity.
+        del data["linearization"]
     identity = {
         "preset": options.preset,
         "overrides": dict(sorted(options.overrides.items())),
-        "data": {**dataclasses.asdict(options.data), "fingerprint": fingerprint},
+        "data": {**data, "fingerprint": fingerprint},
         "tokenizer": options.tokenizer,
         "vocab_size": options.vocab_size,
         "tokens_per_batch": options.tokens_per_batch,
@@ -327,7 +330,7 @@ class _Job:
         translator = Translator(
             self.model,
             self.tokenizer,
-            beam_size=1,
+            self.task_search().replace(beam_size=1),
             batch_size=max(len(sources), 1),
             jit=not mirrored,
         )
@@ -341,13 +344,20 @@ class _Job:
             extra_scores=self._dev_parsing_scores(sources, valid.target[subset]),
         )
 
+    def task_search(self) -> SearchSettings:
+        """The task's search (parsing: up to input + 300 tokens). Targets
+        with words hold `<unk>` for the rare ones: their search may write it."""
+        settings = task_search(self.options.task)
+        unk = settings.allow_unk or self.options.data.with_words
+        return settings.replace(allow_unk=unk)
+
     def _dev_parsing_scores(self, sources, targets):
         """Parsing: the dev subset's labeled F1 beside its (linearized) BLEU."""
         if self.options.task != "parsing":
             return None
         from keras_transformer.parsing.evaluation import linearized_f1
 
-        with_words = self.options.data.linearization == "tags+words"
+        with_words = self.options.data.with_words
         return functools.partial(linearized_f1, sources, targets, with_words=with_words)
 
     def stopped_early(self) -> bool:
@@ -508,7 +518,7 @@ def _test_score(job: _Job) -> BleuResult | ParsingResult | None:
         # weights placed across every process.
         with job.plan.local():
             model = job.run.load_model()
-    settings = task_search(options.task).replace(beam_size=options.beam_size)
+    settings = job.task_search().replace(beam_size=options.beam_size)
     translator = Translator(
         model, job.tokenizer, settings, batch_size=options.test_batch_size
     )
@@ -519,7 +529,7 @@ def _test_score(job: _Job) -> BleuResult | ParsingResult | None:
             translator,
             test_split,
             job.run.test_hypotheses_path,
-            with_words=options.data.linearization == "tags+words",
+            with_words=options.data.with_words,
         )
     else:
         test = evaluate_split(translator, test_split, job.run.test_hypotheses_path)

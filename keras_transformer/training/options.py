@@ -21,7 +21,12 @@ from keras_transformer.data.store_options import (
     vocab_size_setting,
 )
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.parsing.settings import PARSING_TOKENIZER, TASKS, task_search
+from keras_transformer.parsing.settings import (
+    PARSING_TOKENIZER,
+    TASKS,
+    task_search,
+    task_tokenizer,
+)
 from keras_transformer.utils.setting_fields import check_setting, setting
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -138,9 +143,8 @@ def _fill_task_defaults(options: TrainOptions) -> None:
     """The tokenizer and final beam the task decides when none is given."""
     if options.task not in TASKS:
         return  # Refused with the list of tasks by its own setting check.
-    parsing = options.task == "parsing"
     if options.tokenizer is None:
-        options.tokenizer = PARSING_TOKENIZER if parsing else "sentencepiece"
+        options.tokenizer = task_tokenizer(options.task)
     if options.beam_size is None:
         options.beam_size = task_search(options.task).beam_size
 

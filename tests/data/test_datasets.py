@@ -40,3 +40,32 @@ def test_settings_the_dataset_does_not_read_are_refused(spec, named):
 )
 def test_settings_the_dataset_reads_are_accepted(spec):
     assert DatasetSpec(**spec).data_dir == spec.get("data_dir")
+
+
+def test_a_treebank_tree_that_cannot_be_a_target_names_its_file_and_line(tmp_path):
+    from keras_transformer.data.datasets import dataset_sources
+
+    trees = tmp_path / "trees.mrg"
+    # Line 2's root holds two constituents: there is no one phrase to write.
+    trees.write_text(
+        "( (S (NP (NN a)) (VP (VBD b))) )\n( (S (NN c)) (. .) )\n", encoding="utf-8"
+    )
+    spec = DatasetSpec(name="treebank", files={"train": (str(trees),)})
+    with pytest.raises(DataError, match=f"{trees}:2: this tree cannot be"):
+        list(dataset_sources(spec)["train"].blocks())
+
+
+def test_treebank_pairs_are_words_and_linearized_trees(tmp_path):
+    from keras_transformer.data.datasets import dataset_sources
+
+    trees = tmp_path / "trees.mrg"
+    trees.write_text("( (S (NP (NN a)) (VP (VBD b))) )\n", encoding="utf-8")
+    for linearization, target in (
+        ("tags", "(S (NP NN )NP (VP VBD )VP )S"),
+        ("tags+words", "(S (NP NN a )NP (VP VBD b )VP )S"),
+    ):
+        spec = DatasetSpec(
+            name="treebank", files={"train": (str(trees),)}, linearization=linearization
+        )
+        (block,) = dataset_sources(spec)["train"].blocks()
+        assert (block.source, block.target) == (["a b"], [target])

@@ -270,3 +270,26 @@ def test_a_manifest_vocabulary_size_that_is_not_the_tokenizers_is_refused(store_
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(StoreError, match="pieces, but .*manifest.json says"):
         open_store(store_dir).tokenizer()
+
+
+def test_train_on_a_store_of_another_tokenizer_takes_it_without_a_flag(made, tmp_path):
+    # train's --tokenizer defaults to the task's; a store that another kind
+    # made is not a conflict unless --tokenizer names another.
+    out = tmp_path / "words-store"
+    prepare_store(
+        PrepareOptions(
+            out=str(out),
+            data=DatasetSpec(name="files", files=made[1]),
+            tokenizer="words",
+            vocab_size=400,
+            max_length=32,
+            workers=1,
+        ),
+        log=quiet,
+    )
+    options = TrainOptions(data=DatasetSpec(name=f"store:{out}"))
+    store = training.prepare_training_store(options)
+    assert with_store_settings(options, store).tokenizer == "words"
+    refused = TrainOptions(data=DatasetSpec(name=f"store:{out}"), tokenizer="wordpiece")
+    with pytest.raises(ValueError, match="--tokenizer wordpiece: the store"):
+        training.prepare_training_store(refused)

@@ -337,11 +337,25 @@ def test_with_words_writes_each_word_after_its_tag():
     assert back == Delinearized(tree=tree, repairs=())
 
 
-def test_with_words_takes_the_input_words_whatever_the_copies_say():
+def test_with_words_takes_unk_as_a_copy():
     tree = parse_tree(GOOSE)
     tokens = linearize(tree, with_words=True)
-    tokens[3] = "The"  # The model copied another word: not a repair.
-    assert delinearize(tokens, tree.words(), with_words=True).tree == tree
+    tokens[5] = "<unk>"  # "goose" was rare: its copy in the targets is <unk>.
+    assert delinearize(tokens, tree.words(), with_words=True) == Delinearized(
+        tree=tree, repairs=()
+    )
+
+
+def test_with_words_a_lost_copy_does_not_shift_the_later_tags():
+    words = ["A", "goose", "honked"]
+    # NN lost its copy: "VBD" is read as the next tag, not as NN's word.
+    result = delinearize(
+        "(S (NP DT A NN )NP (VP VBD honked )VP )S", words, with_words=True
+    )
+    assert result.tree == parse_tree("(S (NP (DT A) (NN goose)) (VP (VBD honked)))")
+    shifted = delinearize("(S (NP DT A NN VBD honked )NP )S", words, with_words=True)
+    assert shifted.tree == parse_tree("(S (NP (DT A) (NN goose) (VBD honked)))")
+    assert shifted.repairs == ("missing word",)
 
 
 def test_with_words_a_tag_without_its_copy_is_a_missing_word():

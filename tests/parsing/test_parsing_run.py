@@ -147,3 +147,10 @@ def test_a_run_with_words_in_its_targets_parses_with_them(tmp_path, capsys):
     assert main([*parse, "--beam-size", "2", "--max-extra-length", "10"]) == 0
     (tree,) = capsys.readouterr().out.splitlines()
     assert parse_tree(tree).words() == ["Anna", "saw", "the", "dog", "."]
+
+
+def test_a_parsing_run_is_not_exported(parsing_run, tmp_path, capsys):
+    run = str(parsing_run / "run")
+    out = str(tmp_path / "preset")
+    assert main(["export", "--run-dir", run, "--out", out, "--format", "preset"]) == 2
+    assert "trained for parsing" in capsys.readouterr().err

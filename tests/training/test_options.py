@@ -92,3 +92,23 @@ def test_an_unknown_task_is_refused_listing_the_tasks():
     message = str(info.value)
     assert "task (--task)" in message and "'tagging'" in message
     assert "translation" in message and "parsing" in message
+
+
+def test_a_translation_runs_identity_is_what_it_was_before_tasks():
+    # Runs made before the parsing task must resume: no new identity keys.
+    from keras_transformer.data.datasets import DatasetSpec
+    from keras_transformer.training.distribution import setup_distribution
+    from keras_transformer.training.job import run_identity
+
+    plan = setup_distribution("none")
+    identity = run_identity(TrainOptions(), "fingerprint", plan)
+    assert "task" not in identity and "linearization" not in identity["data"]
+    parsing = TrainOptions(
+        task="parsing",
+        data=DatasetSpec(
+            name="treebank", files={"train": ("x",)}, linearization="tags+words"
+        ),
+    )
+    identity = run_identity(parsing, "fingerprint", plan)
+    assert identity["task"] == "parsing"
+    assert identity["data"]["linearization"] == "tags+words"
