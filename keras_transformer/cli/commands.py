@@ -186,7 +186,7 @@ def _translator(args: argparse.Namespace, task: str = "translation"):
 
     settings = _search_settings(args, task)  # Refused before the model loads.
     _check_model_source(args)
-    if getattr(args, "preset", None):  # `parse` has no --preset.
+    if args.preset:
         from keras_transformer.task.seq2seq_lm import TransformerSeq2SeqLM
 
         lm = TransformerSeq2SeqLM.from_preset(args.preset)
@@ -203,19 +203,20 @@ def _check_run_task(run, task: str) -> None:
     """Refuse a run trained for another task (its output would be nonsense)."""
     trained = run.task
     if trained is not None and trained != task:
-        command = {"translation": "translate", "parsing": "parse"}.get(trained, "")
+        command = {"translation": "translate", "parsing": "parse"}.get(trained)
+        advice = f": use keras-transformer {command} with it" if command else ""
         raise ValueError(
             f"{run.path} was trained for {trained} (its manifest says so), not "
-            f"{task}: use keras-transformer {command} with it."
+            f"{task}{advice}."
         )
 
 
 def _check_model_source(args: argparse.Namespace) -> None:
     """Exactly one of --run-dir and --preset (with --model only for a run)."""
-    if getattr(args, "preset", None) and (args.run_dir or args.model):
+    if args.preset and (args.run_dir or args.model):
         given = "--run-dir" if args.run_dir else "--model"
         raise ValueError(f"--preset and {given} both name a model: pass one.")
-    if not getattr(args, "preset", None) and not args.run_dir:
+    if not args.preset and not args.run_dir:
         raise ValueError(f"{args.command} needs --run-dir (a trained run) or --preset.")
 
 

@@ -371,6 +371,7 @@ def _add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_parse_arguments(parser: argparse.ArgumentParser) -> None:
     _add_decoding_arguments(parser, preset=False, task="parsing")
+    parser.set_defaults(preset=None)  # A parsing run only: no preset records a task.
     parser.add_argument(
         "--input",
         help="tokenized sentences, words separated by spaces, one per line "
