@@ -12,6 +12,7 @@ Each writes its measurements to OUT; the test asserts on them.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -221,7 +222,10 @@ def _record_epoch_zero(recorded: dict) -> None:
         batch = real(self, plan, index)
         cached = self._cached
         if self.shuffle and cached and cached[0] == 0 and cached[1] is plan:
-            recorded.setdefault(index, batch)
+            # A copy: TensorFlow may wrap an aligned array without copying it
+            # and later reuse that buffer for an op's output, so the array
+            # handed to fit can change after the step has read it.
+            recorded.setdefault(index, copy.deepcopy(batch))
         return batch
 
     pipeline.BucketedBatches._batch = record
