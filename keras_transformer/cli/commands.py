@@ -407,11 +407,35 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from keras_transformer.serving.options import ServeOptions
-    from keras_transformer.serving.server import serve
+    from keras_transformer.serving.options import (
+        AllowedSettings,
+        ServeOptions,
+        parse_list,
+    )
+    from keras_transformer.serving.server import HttpPolicy, serve
 
     names = (field.name for field in dataclasses.fields(ServeOptions))
     options = ServeOptions(**{name: getattr(args, name) for name in names})
+    settings = _search_settings(args)
+    allowed = None  # The engine's default.
+    if args.allowed_beam_sizes or args.allowed_alphas:
+        default = AllowedSettings.around(settings.beam_size, settings.alpha)
+        beams, alphas = args.allowed_beam_sizes, args.allowed_alphas
+        allowed = AllowedSettings(
+            parse_list("--allowed-beam-sizes", beams, int)
+            if beams
+            else default.beam_sizes,
+            parse_list("--allowed-alphas", alphas, float) if alphas else default.alphas,
+        )
+        allowed.require(settings.beam_size, settings.alpha)
+    policy = HttpPolicy(
+        allowed=allowed,
+        cors_origins=tuple(args.cors_origin),
+        api_key_file=args.api_key_file,
+        log_format=args.log_format,
+        source_language=args.source_language,
+        warmup_tokens=args.warmup_tokens,
+    )
     _check_model_source(args)
     if args.run_dir:
         _check_run_task(_run(args), "translation")
@@ -421,14 +445,14 @@ def _serve(args: argparse.Namespace) -> int:
         run_dir=args.run_dir,
         preset=args.preset,
         engine=args.engine,
-        settings=_search_settings(args),
+        settings=settings,
         options=options,
+        policy=policy,
         host=args.host,
         port=args.port,
         allow_remote=args.allow_remote,
         model=args.model,
         export_dir=args.export_dir,
-        access_log=args.access_log,
     )
 
 

@@ -325,7 +325,49 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "no TLS: put it behind your own proxy)",
     )
     parser.add_argument(
-        "--access-log", action="store_true", help="log every request (uvicorn's)"
+        "--allowed-beam-sizes",
+        help="comma-separated beam sizes a request may ask for, each compiled "
+        "before the server is ready (default: 1 and --beam-size; a SavedModel: "
+        "its own)",
+    )
+    parser.add_argument(
+        "--allowed-alphas",
+        help="comma-separated length-penalty alphas a request may ask for "
+        "(default: --alpha)",
+    )
+    parser.add_argument(
+        "--warmup-tokens",
+        type=_at_least(8),
+        default=64,
+        help="warm-up: compile the searches of sources up to this many tokens "
+        "(longer ones compile on first use, logged and counted in /metrics) "
+        "(default: 64)",
+    )
+    parser.add_argument(
+        "--source-language",
+        default="en",
+        help="language of the source texts, for splitting documents into "
+        "sentences (an ISO 639 code) (default: en)",
+    )
+    parser.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="an origin whose pages may call the API (repeatable; e.g. "
+        "https://example.org) (default: none)",
+    )
+    parser.add_argument(
+        "--api-key-file",
+        help="a file holding a key: every request but /healthz and /readyz then "
+        "needs 'Authorization: Bearer KEY' (default: no key)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="the per-request log lines on stderr: key=value text or one JSON "
+        "object per line (default: text)",
     )
     for field in dataclasses.fields(ServeOptions):
         _add_option(parser, field)

@@ -18,6 +18,7 @@ import os
 import platform
 import re
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -36,12 +37,48 @@ _CACHE_MIN_COMPILE_SECONDS = 0.5
 TORCH_COMPILE_ENV = "KERAS_TRANSFORMER_TORCH_COMPILE"
 
 
+class _TraceCounter:
+    """Programs traced for compiling, counted across threads."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def add(self) -> None:
+        with self._lock:
+            self.count += 1
+
+
+_traces = _TraceCounter()
+
+
+def compilations() -> int:
+    """Programs traced for compiling by `compile_function` in this process
+    so far (TensorFlow and JAX: each new input shape is one; torch runs
+    eagerly: 0). A server reads it to tell a compile while serving from
+    one during its warm-up."""
+    return _traces.count
+
+
+def _counting(fn: Callable) -> Callable:
+    """`fn`, counting its calls: under tf.function and jax.jit the Python
+    body runs once per trace, that is once per compiled program."""
+
+    def traced(*args, **kwargs):
+        _traces.add()
+        return fn(*args, **kwargs)
+
+    return traced
+
+
 def compile_function(fn: Callable, model: keras.Model) -> Callable:
     """Return a compiled version of `fn(*tensors)` that uses `model`'s layers.
 
     Each distinct input shape compiles once; keep shapes in a small fixed set.
     """
     backend = keras.backend.backend()
+    if backend in ("tensorflow", "jax"):
+        fn = _counting(fn)
     if backend == "tensorflow":
         import tensorflow as tf  # noqa: TID251 - the TF compiler itself
 

@@ -98,10 +98,9 @@ class Translator:
             chunk = order[start : start + self.batch_size]
             rows = [encoded[i] for i in chunk]
             # A short last batch is completed to a size the search also
-            # shrinks to, so no extra shape compiles.
-            size = self.batch_size
-            if self.generator.drop_finished:
-                size = smaller_batch_size(self.batch_size, len(rows))
+            # shrinks to, so no extra shape compiles (and a lone sentence
+            # is not searched as a full batch).
+            size = smaller_batch_size(self.batch_size, len(rows))
             rows += [[]] * (size - len(rows))
             sequences, scores = self.generator(pad_batch(rows))
             for row, index in enumerate(chunk):

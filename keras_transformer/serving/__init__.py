@@ -6,8 +6,14 @@
 - `batcher`: dynamic batching on `--workers` worker threads, with a bounded
   queue.
 - `engines`: Keras (`Translator`), CTranslate2 and SavedModel engines.
-- `app`: the FastAPI application (endpoints, the demo page in `static/`).
-- `server`: binding, uvicorn, graceful shutdown.
+- `documents`: texts split into sentences and rejoined in their layout.
+- `app`: the FastAPI application (endpoints, readiness, the demo page in
+  `static/`).
+- `guards`: the Host/Origin checks and the bearer token.
+- `observability`: `/metrics` and the per-request log.
+- `http_protocol`: uvicorn's HTTP/1.1 with a header timeout and JSON
+  answers to malformed HTTP.
+- `server`: binding, warm-up, uvicorn, graceful shutdown.
 
 Nothing here imports Keras's backend at import time but `engines` and
 `app` (through the run and the model they open); `options` is light.

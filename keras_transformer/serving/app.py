@@ -1,48 +1,377 @@
 """The FastAPI application: the endpoints, over an engine and a batcher.
 
-    POST /v1/translate   texts -> translations, scores, n-best lists
+    POST /v1/translate   texts (or documents: split_sentences) ->
+                         translations, scores, n-best lists
     POST /v1/attention   (source, translation) -> cross-attention, every
                          layer and head, with the subword tokens
-    GET  /v1/info        model, tokenizer, settings, limits, engine, version
-    GET  /healthz        200 while serving; the queue's length
+    GET  /v1/info        model, tokenizer, allowed settings, limits, engine
+    GET  /healthz        liveness: 200 while the process serves HTTP
+    GET  /readyz         readiness: 200 once every allowed search is warm
+    GET  /metrics        Prometheus text format
     GET  /               the demo page (package data, nothing from outside)
     GET  /docs, /openapi.json   the framework's API documentation
 
-Bodies are read with a size limit and parsed by `protocol`, so each bad
-request gets its own 4xx naming the field. Decoding never runs on the
-event loop: a request waits on the batcher's future while its worker
-thread decodes.
+Bodies are read with a size limit and a read timeout and parsed by
+`protocol`, so each bad request gets its own 4xx naming the field; every
+error, the framework's 404 and 405 included, has the one shape of
+`protocol.ErrorResponse`. Decoding never runs on the event loop: a request
+waits on the batcher's future while a worker thread decodes, and gives it
+up (its waiting texts dropped) when its client leaves or its time is up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import logging
 import time
 from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 
+from keras_transformer.decoding.compile import compilations
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving import protocol
 from keras_transformer.serving.batcher import Batcher, Overloaded
+from keras_transformer.serving.documents import split_document
 from keras_transformer.serving.engines import AttentionUnavailable, Engine
-from keras_transformer.serving.options import ServeOptions
+from keras_transformer.serving.observability import ServerMetrics
+from keras_transformer.serving.options import AllowedSettings, ServeOptions
 from keras_transformer.serving.protocol import RequestError
 from keras_transformer.version import __version__
+
+log = logging.getLogger("keras_transformer.serve")
 
 _ERRORS = {
     status: {"model": protocol.ErrorResponse, "description": text}
     for status, text in (
         (400, "The body is not UTF-8 JSON."),
-        (413, "Too many texts, a text too long, or a body too large."),
-        (422, "A field of the wrong type, missing, unknown or out of range."),
-        (503, "The queue is full: try again after Retry-After seconds."),
+        (408, "The body did not arrive in time (--body-timeout-s)."),
+        (413, "Too many texts, a text or sentence too long, or a body too large."),
+        (415, "The body is not sent as application/json."),
+        (
+            422,
+            "A field of the wrong type, missing, unknown, out of range or "
+            "not allowed here.",
+        ),
+        (503, "Not ready yet, or the queue is full: retry after Retry-After s."),
+        (504, "The answer took longer than --max-request-s."),
     )
 }
+# Not HTTP's, nginx's: the client closed the connection before its answer.
+CLIENT_GONE = 499
+
+
+@dataclasses.dataclass
+class Serving:
+    """What the endpoints share: the engine, its batcher and the policy."""
+
+    engine: Engine
+    batcher: Batcher
+    options: ServeOptions
+    settings: SearchSettings  # A request's defaults.
+    allowed: AllowedSettings
+    metrics: ServerMetrics
+    language: str = "en"  # Of the sources, for splitting documents.
+    warmup_tokens: int = 64
+    ready: bool = False
+    warmup_seconds: float | None = None
+    warmup_error: str | None = None
+    _compiled: int = 0  # Compilations counted in the metrics so far.
+
+    def warm_up(self) -> None:
+        """Compile every allowed search (on a worker thread), then ready."""
+        start = time.perf_counter()
+        before = compilations()
+        searches = self.engine.warm_up(self.allowed, self.warmup_tokens)
+        self.warmup_seconds = round(time.perf_counter() - start, 2)
+        self._compiled = compilations()
+        self.metrics.compiled("warmup", self._compiled - before)
+        self.metrics.warmed_up(self.warmup_seconds)
+        self.ready = True
+        log.info(
+            "warm-up done in %.1f s: %d searches, %d programs compiled; ready",
+            self.warmup_seconds,
+            searches,
+            self._compiled - before,
+        )
+
+    def count_compilations(self) -> None:
+        """Programs compiled since the last count: while serving, each is a
+        shape the warm-up did not reach (logged, and in /metrics)."""
+        now = compilations()
+        if self.ready and now > self._compiled:
+            self.metrics.compiled("serving", now - self._compiled)
+            log.warning(
+                "compiled %d program(s) while serving: a source longer than the "
+                "warm-up's %d tokens, or a longer output (raise --warmup-tokens)",
+                now - self._compiled,
+                self.warmup_tokens,
+            )
+        self._compiled = now
+
+
+def create_app(serving: Serving) -> FastAPI:
+    """The application serving `serving.engine` through `serving.batcher`."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        # The socket listens from here on: /healthz answers while warming.
+        warming = serving.batcher.submit_call(serving.warm_up)
+        warming.add_done_callback(lambda future: _warm_up_failed(serving, future))
+        yield
+        # uvicorn gets here after the requests in flight were answered.
+        serving.batcher.stop()
+
+    app = FastAPI(
+        title="keras-transformer",
+        version=__version__,
+        description="Machine translation with a Transformer trained by "
+        "keras-transformer. The demo page is at /.",
+        lifespan=lifespan,
+    )
+    _add_error_handlers(app, serving)
+    _add_pages(app)
+    _add_status(app, serving)
+    _add_translate(app, serving)
+    _add_attention(app, serving)
+    return app
+
+
+def _warm_up_failed(serving: Serving, future) -> None:
+    error = future.exception() if not future.cancelled() else None
+    if error is not None:
+        serving.warmup_error = f"{type(error).__name__}: {error}"
+        log.error(
+            "warm-up failed, the server stays not ready: %s", serving.warmup_error
+        )
+
+
+def _add_status(app: FastAPI, serving: Serving) -> None:
+    """`/healthz` (alive), `/readyz` (warm), `/metrics` and `/v1/info`."""
+
+    @app.api_route("/healthz", methods=["GET", "HEAD"])
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", **serving.batcher.stats()}
+
+    @app.api_route("/readyz", methods=["GET", "HEAD"])
+    def readyz() -> dict[str, Any]:
+        _check_ready(serving)
+        return {"ready": True, "warmup_seconds": serving.warmup_seconds}
+
+    @app.api_route("/metrics", methods=["GET", "HEAD"], include_in_schema=False)
+    def metrics() -> Response:
+        content, media_type = serving.metrics.render()
+        return Response(content, media_type=media_type)
+
+    @app.api_route("/v1/info", methods=["GET", "HEAD"])
+    def info() -> dict[str, Any]:
+        options = serving.options
+        return {
+            **serving.engine.info(),
+            "settings": serving.settings.to_dict(),
+            "allowed": serving.allowed.to_dict(),
+            "limits": {
+                "max_texts": options.max_texts,
+                "max_text_chars": options.max_text_chars,
+                "max_text_tokens": options.max_text_tokens,
+                "max_document_chars": options.max_document_chars,
+                "max_body_bytes": options.max_body_bytes,
+            },
+            "documents": {"language": serving.language},
+            "batching": {
+                "max_batch_size": serving.batcher.max_batch_size,
+                "max_wait_ms": options.max_wait_ms,
+                "max_queue": options.max_queue,
+                "workers": serving.batcher.workers,
+            },
+            "ready": serving.ready,
+        }
+
+
+def _check_ready(serving: Serving) -> None:
+    if serving.ready:
+        return
+    if serving.warmup_error is not None:
+        message = f"The warm-up failed: {serving.warmup_error}. See the server's log."
+        raise RequestError(503, None, message)
+    raise RequestError(
+        503,
+        None,
+        "The server is warming up (compiling every allowed search); it is ready "
+        "when /readyz says so.",
+        {"Retry-After": "5"},
+    )
+
+
+def _token_counts(engine: Engine, options: ServeOptions, fields, texts) -> list[int]:
+    counts = [len(ids) for ids in engine.tokenizer.encode(texts)]
+    protocol.check_token_counts(fields, counts, options)
+    return counts
+
+
+def _add_translate(app: FastAPI, serving: Serving) -> None:
+    """`/v1/translate`: each request checked whole before it is queued."""
+
+    @app.post(
+        "/v1/translate",
+        responses={200: {"model": protocol.TranslateResponse}, **_ERRORS},
+        openapi_extra=_body_schema(protocol.TranslateRequest),
+    )
+    async def translate(request: Request) -> JSONResponse:
+        start = time.perf_counter()
+        body = await _read_json(request, serving.options)
+        parsed = protocol.validate(protocol.TranslateRequest, body)
+        job = protocol.translate_job(
+            parsed, serving.settings, serving.options, serving.allowed
+        )
+        serving.engine.check_settings(job.settings)
+        _check_ready(serving)
+        if parsed.split_sentences:
+            documents = [split_document(text, serving.language) for text in job.texts]
+            texts, fields = _sentences(documents, serving.options)
+        else:
+            documents, texts = None, job.texts
+            fields = [f"texts[{index}]" for index in range(len(texts))]
+        counts = _token_counts(serving.engine, serving.options, fields, texts)
+        request.state.texts, request.state.tokens = len(texts), sum(counts)
+        results = await _decode(
+            request, serving, serving.batcher.submit(texts, job.settings), start
+        )
+        serving.metrics.texts_translated(len(texts))
+        if documents is None:
+            answers = [_translation(h, job.n_best) for h in results]
+        else:
+            answers = _documents(documents, texts, results, job.n_best)
+        return JSONResponse(
+            {
+                "translations": answers,
+                "settings": job.settings.to_dict(),
+                "milliseconds": _since(start),
+            }
+        )
+
+
+def _sentences(documents, options: ServeOptions) -> tuple[list[str], list[str]]:
+    """Every sentence of the documents, in order, and the field naming each;
+    413 for a sentence over --max-text-chars or too many in all."""
+    texts, fields = [], []
+    for index, document in enumerate(documents):
+        for number, sentence in enumerate(document.sentences):
+            field = f"texts[{index}].sentences[{number}]"
+            protocol.check_text(field, sentence, options.max_text_chars)
+            texts.append(sentence)
+            fields.append(field)
+    if len(texts) > options.max_texts:
+        raise RequestError(
+            413,
+            "texts",
+            f"The texts hold {len(texts)} sentences; the limit is "
+            f"{options.max_texts} per request (--max-texts counts sentences when "
+            "split_sentences is true). Send the document in parts.",
+        )
+    return texts, fields
+
+
+def _documents(documents, sentences, results, n_best: int) -> list[dict[str, Any]]:
+    """Each document's sentences' translations, rejoined in its layout."""
+    answers, position = [], 0
+    for document in documents:
+        count = len(document.sentences)
+        mine = [
+            {"source": source, **_translation(hypotheses, n_best)}
+            for source, hypotheses in zip(
+                sentences[position : position + count],
+                results[position : position + count],
+            )
+        ]
+        position += count
+        scores = [sentence["score"] for sentence in mine]
+        answers.append(
+            {
+                "translation": document.join([s["translation"] for s in mine]),
+                "score": sum(scores) / len(scores) if scores else 0.0,
+                "n_best": [],
+                "sentences": mine,
+            }
+        )
+    return answers
+
+
+async def _decode(request: Request, serving: Serving, future, start: float):
+    """The batcher's results for `future`; given up (its texts still
+    waiting dropped) when the client leaves or --max-request-s runs out."""
+    answer = asyncio.ensure_future(asyncio.wrap_future(future))
+    gone = asyncio.ensure_future(_disconnect(request))
+    left = serving.options.max_request_s - (time.perf_counter() - start)
+    done, _ = await asyncio.wait(
+        {answer, gone}, timeout=max(left, 0.0), return_when=asyncio.FIRST_COMPLETED
+    )
+    gone.cancel()
+    serving.count_compilations()
+    if answer in done:
+        return answer.result()
+    dropped = serving.batcher.abandon(future)
+    answer.cancel()
+    if gone in done:
+        request.state.disconnected = True
+        serving.metrics.dropped_texts(dropped)
+        raise RequestError(CLIENT_GONE, None, "The client closed the connection.")
+    raise RequestError(
+        504,
+        None,
+        f"The request took more than {serving.options.max_request_s:g} s "
+        f"(--max-request-s); {dropped} of its texts were still waiting and were "
+        "dropped. Send fewer texts, or retry when the server is less busy.",
+    )
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client has closed the connection. The body was read
+    whole, so the next message the server has for this request is that."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _add_attention(app: FastAPI, serving: Serving) -> None:
+    """`/v1/attention`: the cross-attention of a source and its translation
+    (the Keras engine alone)."""
+    engine, options = serving.engine, serving.options
+
+    @app.post(
+        "/v1/attention",
+        responses={
+            200: {"model": protocol.AttentionResponse},
+            501: {"model": protocol.ErrorResponse, "description": "Not this engine."},
+            **_ERRORS,
+        },
+        openapi_extra=_body_schema(protocol.AttentionRequest),
+    )
+    async def attention(request: Request) -> JSONResponse:
+        start = time.perf_counter()
+        parsed = protocol.validate(
+            protocol.AttentionRequest, await _read_json(request, options)
+        )
+        for field in ("source", "translation"):
+            protocol.check_text(field, getattr(parsed, field), options.max_text_chars)
+        if not parsed.source.strip():
+            raise RequestError(422, "source", "source is blank: nothing to attend to.")
+        texts = [parsed.source, parsed.translation]
+        counts = _token_counts(engine, options, ["source", "translation"], texts)
+        request.state.texts, request.state.tokens = 1, sum(counts)
+        if not engine.has_attention:
+            engine.attention(parsed.source, parsed.translation)  # Raises.
+        _check_ready(serving)
+        future = serving.batcher.submit_call(
+            lambda: engine.attention(parsed.source, parsed.translation)
+        )
+        weights = await _decode(request, serving, future, start)
+        return JSONResponse({**weights, "milliseconds": _since(start)})
 
 
 def _body_schema(model) -> dict[str, Any]:
@@ -56,144 +385,6 @@ def _body_schema(model) -> dict[str, Any]:
     }
 
 
-def create_app(
-    engine: Engine,
-    batcher: Batcher,
-    options: ServeOptions,
-    settings: SearchSettings,
-) -> FastAPI:
-    """The application serving `engine` through `batcher`."""
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        yield
-        # uvicorn gets here after the requests in flight were answered.
-        batcher.stop()
-
-    app = FastAPI(
-        title="keras-transformer",
-        version=__version__,
-        description="Machine translation with a Transformer trained by "
-        "keras-transformer. The demo page is at /.",
-        lifespan=lifespan,
-    )
-    _add_error_handlers(app)
-    _add_pages(app)
-    _add_status(app, engine, batcher, options, settings)
-    _add_translate(app, engine, batcher, options, settings)
-    _add_attention(app, engine, batcher, options)
-    return app
-
-
-def _add_status(
-    app: FastAPI,
-    engine: Engine,
-    batcher: Batcher,
-    options: ServeOptions,
-    settings: SearchSettings,
-) -> None:
-    """`/healthz` (the queue and the workers) and `/v1/info` (the engine,
-    the defaults, the limits)."""
-
-    @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        return {"status": "ok", **batcher.stats()}
-
-    @app.get("/v1/info")
-    def info() -> dict[str, Any]:
-        return {
-            **engine.info(),
-            "settings": settings.to_dict(),
-            "limits": {
-                "max_texts": options.max_texts,
-                "max_text_chars": options.max_text_chars,
-                "max_text_tokens": options.max_text_tokens,
-                "max_beam_size": options.max_beam_size,
-                "max_body_bytes": options.max_body_bytes,
-            },
-            "batching": {
-                "max_batch_size": batcher.max_batch_size,
-                "max_wait_ms": options.max_wait_ms,
-                "max_queue": options.max_queue,
-                "workers": batcher.workers,
-            },
-        }
-
-
-def _check_tokens(
-    engine: Engine, options: ServeOptions, fields: list[str], texts: list[str]
-) -> None:
-    counts = [len(ids) for ids in engine.tokenizer.encode(texts)]
-    protocol.check_token_counts(fields, counts, options)
-
-
-def _add_translate(
-    app: FastAPI,
-    engine: Engine,
-    batcher: Batcher,
-    options: ServeOptions,
-    settings: SearchSettings,
-) -> None:
-    """`/v1/translate`: each request checked whole before it is queued."""
-
-    @app.post(
-        "/v1/translate",
-        responses={200: {"model": protocol.TranslateResponse}, **_ERRORS},
-        openapi_extra=_body_schema(protocol.TranslateRequest),
-    )
-    async def translate(request: Request) -> JSONResponse:
-        start = time.perf_counter()
-        data = protocol.parse_body(await _read_body(request, options.max_body_bytes))
-        parsed = protocol.validate(protocol.TranslateRequest, data)
-        job = protocol.translate_job(parsed, settings, options)
-        engine.check_settings(job.settings)
-        fields = [f"texts[{index}]" for index in range(len(job.texts))]
-        _check_tokens(engine, options, fields, job.texts)
-        future = batcher.submit(job.texts, job.settings)
-        results = await asyncio.wrap_future(future)
-        return JSONResponse(
-            {
-                "translations": [_translation(h, job.n_best) for h in results],
-                "settings": job.settings.to_dict(),
-                "milliseconds": _since(start),
-            }
-        )
-
-
-def _add_attention(
-    app: FastAPI, engine: Engine, batcher: Batcher, options: ServeOptions
-) -> None:
-    """`/v1/attention`: the cross-attention of a source and its translation
-    (the Keras engine alone)."""
-
-    @app.post(
-        "/v1/attention",
-        responses={
-            200: {"model": protocol.AttentionResponse},
-            501: {"model": protocol.ErrorResponse, "description": "Not this engine."},
-            **_ERRORS,
-        },
-        openapi_extra=_body_schema(protocol.AttentionRequest),
-    )
-    async def attention(request: Request) -> JSONResponse:
-        start = time.perf_counter()
-        data = protocol.parse_body(await _read_body(request, options.max_body_bytes))
-        parsed = protocol.validate(protocol.AttentionRequest, data)
-        for field in ("source", "translation"):
-            protocol.check_text(field, getattr(parsed, field), options)
-        if not parsed.source.strip():
-            raise RequestError(422, "source", "source is blank: nothing to attend to.")
-        texts = [parsed.source, parsed.translation]
-        _check_tokens(engine, options, ["source", "translation"], texts)
-        if not engine.has_attention:
-            engine.attention(parsed.source, parsed.translation)  # Raises.
-        future = batcher.submit_call(
-            lambda: engine.attention(parsed.source, parsed.translation)
-        )
-        weights = await asyncio.wrap_future(future)
-        return JSONResponse({**weights, "milliseconds": _since(start)})
-
-
 def _translation(hypotheses: list[tuple[str, float]], n_best: int) -> dict[str, Any]:
     best, score = hypotheses[0]
     return {
@@ -205,6 +396,32 @@ def _translation(hypotheses: list[tuple[str, float]], n_best: int) -> dict[str, 
 
 def _since(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 2)
+
+
+async def _read_json(request: Request, options: ServeOptions) -> Any:
+    """The body as JSON: 415 unless sent as application/json (a browser
+    sends text/plain across origins without asking first), 408 when it does
+    not arrive within --body-timeout-s, 413 past the size limit."""
+    kind = request.headers.get("content-type", "")
+    if kind.split(";")[0].strip().lower() != "application/json":
+        shown = repr(kind) if kind else "missing"
+        raise RequestError(
+            415,
+            "Content-Type",
+            f"Content-Type is {shown}; send the JSON body as application/json.",
+        )
+    try:  # wait_for, not asyncio.timeout: Python 3.10 has no timeout().
+        reading = _read_body(request, options.max_body_bytes)
+        body = await asyncio.wait_for(reading, options.body_timeout_s)
+    except asyncio.TimeoutError:
+        raise RequestError(
+            408,
+            "body",
+            f"The body did not arrive within {options.body_timeout_s:g} s "
+            "(--body-timeout-s).",
+            {"Connection": "close"},
+        ) from None
+    return protocol.parse_body(body)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -225,42 +442,67 @@ def _body_too_large(size: str, limit: int) -> RequestError:
     return RequestError(
         413,
         "body",
-        f"The body has {size}; the limit is {limit:,} bytes (from --max-texts "
-        "and --max-text-chars).",
+        f"The body has {size}; the limit is {limit:,} bytes (from --max-texts, "
+        "--max-text-chars and --max-document-chars).",
     )
 
 
-def _error(status: int, field: str | None, message: str, **headers) -> JSONResponse:
+def error_response(
+    status: int, field: str | None, message: str, headers: dict | None = None
+) -> JSONResponse:
+    """The one shape of every error answer."""
     body = {"error": {"field": field, "message": message}}
     return JSONResponse(body, status_code=status, headers=headers or None)
 
 
-def _add_error_handlers(app: FastAPI) -> None:
+def _add_error_handlers(app: FastAPI, serving: Serving) -> None:
     @app.exception_handler(RequestError)
     async def bad_request(request: Request, error: RequestError) -> JSONResponse:
-        return _error(error.status, error.field, error.message)
+        return error_response(error.status, error.field, error.message, error.headers)
+
+    @app.exception_handler(HTTPException)
+    async def framework(request: Request, error: HTTPException) -> JSONResponse:
+        # The router's own answers: no route (404), a method it lacks (405).
+        field = {404: "path", 405: "method"}.get(error.status_code)
+        message = {
+            404: f"No endpoint at {request.url.path}: see /docs.",
+            405: f"{request.method} is not allowed on {request.url.path}.",
+        }.get(error.status_code, str(error.detail))
+        return error_response(error.status_code, field, message, error.headers)
 
     @app.exception_handler(Overloaded)
     async def overloaded(request: Request, error: Overloaded) -> JSONResponse:
-        return _error(503, None, str(error), **{"Retry-After": str(error.retry_after)})
+        serving.metrics.overloaded()
+        headers = {"Retry-After": str(error.retry_after)}
+        return error_response(503, None, str(error), headers)
 
     @app.exception_handler(AttentionUnavailable)
     async def no_attention(request: Request, error: AttentionUnavailable):
-        return _error(501, None, str(error))
+        return error_response(501, None, str(error))
 
     @app.exception_handler(Exception)
     async def failed(request: Request, error: Exception) -> JSONResponse:
         # A bug or an engine failure: this request's answer, not the
         # server (Starlette raises it again after answering; uvicorn logs it).
         message = f"The server failed on this request: {type(error).__name__}: {error}"
-        return _error(500, None, message)
+        return error_response(500, None, message)
 
 
 def _add_pages(app: FastAPI) -> None:
     static = StaticFiles(packages=[("keras_transformer.serving", "static")])
     app.mount("/static", static, name="static")
+    files = resources.files("keras_transformer.serving") / "static"
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    @app.api_route(
+        "/",
+        methods=["GET", "HEAD"],
+        response_class=HTMLResponse,
+        include_in_schema=False,
+    )
     def page() -> HTMLResponse:
-        files = resources.files("keras_transformer.serving") / "static"
         return HTMLResponse((files / "index.html").read_text(encoding="utf-8"))
+
+    @app.api_route("/favicon.ico", methods=["GET", "HEAD"], include_in_schema=False)
+    def favicon() -> Response:
+        icon = (files / "favicon.svg").read_bytes()
+        return Response(icon, media_type="image/svg+xml")

@@ -16,7 +16,9 @@ place for a later batch: one search runs one set of settings.
 The queue is bounded (`max_queue` texts waiting): a request that would
 overflow it is refused at once with `Overloaded` (the server's 503 and
 Retry-After) instead of growing memory and latency without end. A failing
-batch fails only the requests with texts in it.
+batch fails only the requests with texts in it. A request whose caller
+left (`abandon`) has its waiting texts dropped from the queue: nobody
+would read their translations.
 
 `BatchQueue` is the deterministic part (what goes into the next batch, and
 when), driven by explicit times; `Batcher` runs it on worker threads.
@@ -150,6 +152,7 @@ class Batcher:
             still runs alone: it waits for the batches running, and the
             queue behind it waits for it.
         clock: seconds, monotonic (tests pass their own).
+        on_batch: called with each decoded batch's size (metrics).
     """
 
     def __init__(
@@ -161,6 +164,7 @@ class Batcher:
         max_queue: int,
         workers: int = 1,
         clock: Callable[[], float] = time.monotonic,
+        on_batch: Callable[[int], None] | None = None,
     ):
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be an int >= 1. Received: {workers!r}")
@@ -174,6 +178,8 @@ class Batcher:
         self._alone = False  # A call runs: nothing else may start.
         self._batches = self._texts = 0  # Decoded so far (mean batch size).
         self._seconds_per_text = 0.05  # Refined by every batch (Retry-After).
+        self._dropped = 0  # Texts of abandoned requests taken off the queue.
+        self._on_batch = on_batch
         self._threads = [
             threading.Thread(
                 target=self._work, name=f"keras-transformer-batcher-{n}", daemon=True
@@ -215,6 +221,18 @@ class Batcher:
             self._enqueue([Item(None, None, request, 0, self._clock(), call)])
         return request.future
 
+    def abandon(self, future: Future) -> int:
+        """The caller of `future` left: drop its texts still waiting (those
+        decoding finish, unread) and cancel it. Returns the texts dropped."""
+        with self._changed:
+            kept = [i for i in self._queue.items if i.request.future is not future]
+            dropped = len(self._queue) - len(kept)
+            self._queue.items = collections.deque(kept)
+            self._dropped += dropped
+            self._changed.notify_all()
+        future.cancel()
+        return dropped
+
     def _enqueue(self, items: list[Item]) -> None:
         if self._stopping:
             raise Overloaded("The server is shutting down.", retry_after=1)
@@ -237,6 +255,7 @@ class Batcher:
                 "decoding": self._busy,
                 "batches": self._batches,
                 "texts": self._texts,
+                "dropped": self._dropped,
             }
 
     def stop(self, timeout: float | None = None) -> None:
@@ -271,6 +290,8 @@ class Batcher:
                     if batch[0].call is None:
                         self._batches += 1
                         self._texts += len(batch)
+                        if self._on_batch is not None:
+                            self._on_batch(len(batch))
                     else:
                         self._alone = False
                     self._changed.notify_all()

@@ -33,6 +33,7 @@ from keras_transformer.decoding.compile import compile_function
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import real_hypotheses
 from keras_transformer.run.directory import InferenceRun, RunDirectory
+from keras_transformer.serving.options import AllowedSettings
 from keras_transformer.serving.protocol import RequestError
 from keras_transformer.utils.setting_fields import flag_name
 from keras_transformer.version import __version__
@@ -69,6 +70,49 @@ class Engine:
         """Hypotheses per text, best first; a blank text gets [("", 0.0)]."""
         raise NotImplementedError
 
+    def allowed(self, asked: AllowedSettings | None) -> AllowedSettings:
+        """The settings requests may use: `asked` (the flags), checked, or
+        by default the server's own settings and greedy search."""
+        allowed = asked or AllowedSettings.around(
+            self.settings.beam_size, self.settings.alpha
+        )
+        allowed.require(self.settings.beam_size, self.settings.alpha)
+        for beam_size in allowed.beam_sizes:
+            try:
+                self.check_settings(self.settings.replace(beam_size=beam_size))
+            except RequestError as error:
+                raise ValueError(f"--allowed-beam-sizes: {error.message}") from None
+        return allowed
+
+    def warm_up(self, allowed: AllowedSettings, max_tokens: int) -> int:
+        """Search once with each allowed setting, for each batch size and
+        source length the engine compiles a program for, sources up to
+        `max_tokens` tokens; returns the searches run. Called on a worker
+        thread before the server says it is ready."""
+        searches = 0
+        for beam_size, alpha in allowed.combinations():
+            settings = self.settings.replace(beam_size=beam_size, alpha=alpha)
+            for rows, tokens in self.warm_up_shapes(max_tokens):
+                self.translate(self._warm_up_texts(rows, tokens), settings)
+                searches += 1
+        return searches
+
+    def warm_up_shapes(self, max_tokens: int) -> list[tuple[int, int]]:
+        """(rows, source tokens) of the warm-up batches: one batch, lengths
+        in steps of 8 (engines that pad nothing compile nothing per shape)."""
+        return [(1, tokens) for tokens in range(8, max_tokens + 1, 8)]
+
+    def _warm_up_texts(self, rows: int, tokens: int) -> list[str]:
+        """`rows` texts of about `tokens` subword tokens each (words from
+        the vocabulary: any text the tokenizer takes would do)."""
+        pieces = map(self.tokenizer.id_to_piece, range(self.tokenizer.vocab_size))
+        words = [word for word in (p.lstrip("\u2581") for p in pieces) if _word(word)]
+        words = words[:64] or ["warm"]
+        text = " ".join(words[i % len(words)] for i in range(tokens))
+        while len(self.tokenizer.encode([text])[0]) > tokens and " " in text:
+            text = text.rsplit(" ", 1)[0]
+        return [text] * rows
+
     def attention(self, source: str, translation: str) -> dict[str, Any]:
         raise AttentionUnavailable(
             f"Attention weights need --engine keras; this server runs {self.name}."
@@ -90,10 +134,14 @@ class Engine:
         """Release what the engine holds (nothing, unless it says so)."""
 
 
+def _word(piece: str) -> bool:
+    return len(piece) > 2 and piece.isalpha()
+
+
 def _model_info(run: InferenceRun) -> dict[str, Any]:
     config = run.model.config if run.model is not None else run.run.load_config()
     return {
-        "run_dir": str(run.run.path),
+        "run": run.run.path.name,  # No absolute paths to a client.
         "file": run.model_path.name,
         "layers": [config.num_encoder_layers, config.num_decoder_layers],
         "d_model": config.d_model,
@@ -125,14 +173,47 @@ class KerasEngine(Engine):
             lambda s, t: model.attention_weights(s, t)["cross_attention"], model
         )
 
+    def warm_up(self, allowed: AllowedSettings, max_tokens: int) -> int:
+        # Every allowed setting keeps its compiled search: none is evicted.
+        self.kept_translators = max(self.kept_translators, len(allowed.combinations()))
+        return super().warm_up(allowed, max_tokens)
+
+    def warm_up_shapes(self, max_tokens: int) -> list[tuple[int, int]]:
+        """Every batch size `Translator` pads a batch to, by every source
+        length up to `max_tokens` (padded to multiples of 8): the shapes of
+        the whole-search programs (see `_translator`)."""
+        from keras_transformer.decoding.generator import smaller_batch_size
+
+        sizes = {
+            smaller_batch_size(self.batch_size, n)
+            for n in range(1, self.batch_size + 1)
+        }
+        lengths = range(8, max_tokens + 1, 8)
+        return [
+            (rows, tokens) for rows in sorted(sizes, reverse=True) for tokens in lengths
+        ]
+
     def _translator(self, settings: SearchSettings):
+        import keras
+
         from keras_transformer.decoding.translator import Translator
 
+        if settings.is_greedy:  # No length penalty: one search for any alpha.
+            settings = settings.replace(alpha=self.settings.alpha)
         with self._translators_lock:
             translator = self._translators.pop(settings, None)
             if translator is None:
+                # One compiled program per batch shape, every one of them
+                # compiled at warm-up: rows that finish stay in the batch
+                # (dropping them compiles a program per cache length and
+                # row count met mid-search, which a warm-up cannot foresee).
+                # torch runs eagerly, compiles nothing: dropping saves work.
                 translator = Translator(
-                    self.run.model, self.tokenizer, settings, batch_size=self.batch_size
+                    self.run.model,
+                    self.tokenizer,
+                    settings,
+                    batch_size=self.batch_size,
+                    drop_finished=keras.backend.backend() == "torch",
                 )
             self._translators[settings] = translator
             while len(self._translators) > self.kept_translators:
@@ -253,7 +334,7 @@ class CTranslate2Engine(Engine):
 
     def info(self) -> dict[str, Any]:
         model = {
-            "export_dir": str(self.directory),
+            "export": self.directory.name,
             "file": self.export_info.get("model"),
             "quantization": self.export_info.get("quantization"),
         }
@@ -293,6 +374,18 @@ class SavedModelEngine(Engine):
                     "with --engine keras or ctranslate2.",
                 )
 
+    def allowed(self, asked: AllowedSettings | None) -> AllowedSettings:
+        fixed = self.model.settings
+        only = AllowedSettings((fixed.beam_size,), (fixed.alpha,))
+        if asked is not None and asked != only:
+            raise ValueError(
+                f"--allowed-beam-sizes/--allowed-alphas: the SavedModel in "
+                f"{self.directory.name} searches with beam_size={fixed.beam_size} "
+                f"and alpha={fixed.alpha} only (fixed at export). Leave them out, "
+                "or serve with --engine keras or ctranslate2."
+            )
+        return only
+
     def translate(self, texts: Sequence[str], settings: SearchSettings):
         found = self.model.nbest(list(texts))
         return [
@@ -301,7 +394,7 @@ class SavedModelEngine(Engine):
         ]
 
     def info(self) -> dict[str, Any]:
-        model = {"export_dir": str(self.directory), "file": self.model.info["model"]}
+        model = {"export": self.directory.name, "file": self.model.info["model"]}
         return {**super().info(), "model": model}
 
 

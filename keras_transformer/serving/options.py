@@ -50,7 +50,14 @@ class ServeOptions:
     max_text_tokens: int = setting(
         256, "subword tokens per text, after tokenizing (longer: 413)", minimum=1
     )
-    max_beam_size: int = setting(8, "the widest beam a request may ask for", minimum=1)
+    # A document is split into sentences; each is a text for the limits above.
+    # About 40 sentences of news text: within --max-texts' 64 per request.
+    max_document_chars: int = setting(
+        5000,
+        "characters per text of a request with split_sentences (each sentence "
+        "also within --max-text-chars and --max-text-tokens)",
+        minimum=1,
+    )
     # Which engines decode side by side: serving.server.decode_workers.
     workers: int = setting(
         0,
@@ -64,6 +71,30 @@ class ServeOptions:
         "CTranslate2 engine: intra-op threads per batch decoding (0: the cores "
         "this process may use, less one for the HTTP side, shared by the workers)",
         minimum=0,
+    )
+
+    # Slow clients hold a connection and its memory; these bound them.
+    header_timeout_s: float = setting(
+        10.0,
+        "seconds a client has to send a request's line and headers (then 408)",
+        minimum=0.0,
+        strict=True,
+    )
+    body_timeout_s: float = setting(
+        30.0, "seconds a client has to send a body (then 408)", minimum=0.0, strict=True
+    )
+    keep_alive_s: float = setting(
+        5.0,
+        "seconds an idle keep-alive connection stays open between requests",
+        minimum=0.0,
+        strict=True,
+    )
+    max_request_s: float = setting(
+        120.0,
+        "seconds a request may take from arrival to answer, queue included "
+        "(then 504; its texts still waiting are dropped)",
+        minimum=0.0,
+        strict=True,
     )
 
     def __post_init__(self) -> None:
@@ -81,4 +112,84 @@ class ServeOptions:
         """The largest body a valid request can need: every text at the
         limit, each character escaped (`\\uXXXX`, 6 bytes; 12 for one outside
         the BMP, a surrogate pair), plus the rest."""
-        return self.max_texts * (12 * self.max_text_chars + 8) + 4096
+        longest = max(self.max_text_chars, self.max_document_chars)
+        return self.max_texts * (12 * longest + 8) + 4096
+
+
+_KINDS = {int: "an integer", float: "a number"}
+
+
+def parse_list(flag: str, text: str, kind: type) -> tuple:
+    """`--allowed-beam-sizes 1,4` -> (1, 4): comma-separated values of
+    `kind`, sorted, without repeats; a ValueError naming the flag."""
+    values = []
+    for part in text.split(","):
+        try:
+            values.append(kind(part.strip()))
+        except ValueError:
+            raise ValueError(
+                f"{flag} {text!r}: {part.strip()!r} is not {_KINDS[kind]} "
+                "(expected comma-separated values, e.g. 1,4)."
+            ) from None
+    return tuple(sorted(set(values)))
+
+
+@dataclasses.dataclass(frozen=True)
+class AllowedSettings:
+    """The search settings a request may ask for, fixed at start: every
+    combination is compiled before the server says it is ready, so no
+    request waits behind a compile (`--allowed-beam-sizes`, `--allowed-alphas`).
+    """
+
+    beam_sizes: tuple[int, ...]
+    alphas: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        for flag, values in (
+            ("--allowed-beam-sizes", self.beam_sizes),
+            ("--allowed-alphas", self.alphas),
+        ):
+            if not values:
+                raise ValueError(f"{flag} is empty: give at least one value.")
+        if min(self.beam_sizes) < 1:
+            raise ValueError(
+                f"--allowed-beam-sizes: {min(self.beam_sizes)} is not a beam size "
+                "(1 is greedy search, more is beam search)."
+            )
+        if min(self.alphas) < 0:
+            raise ValueError(
+                f"--allowed-alphas: {min(self.alphas)} is negative (the length "
+                "penalty exponent is >= 0)."
+            )
+
+    @classmethod
+    def around(cls, beam_size: int, alpha: float) -> AllowedSettings:
+        """The default: the server's own settings and greedy search."""
+        return cls(tuple(sorted({1, beam_size})), (alpha,))
+
+    def require(self, beam_size: int, alpha: float) -> None:
+        """Refuse lists without the server's own settings, which a request
+        that names neither uses."""
+        if beam_size not in self.beam_sizes or (
+            beam_size > 1 and alpha not in self.alphas
+        ):
+            raise ValueError(
+                f"--allowed-beam-sizes {_listed(self.beam_sizes)} and "
+                f"--allowed-alphas {_listed(self.alphas)} must hold the server's "
+                f"own --beam-size {beam_size} and --alpha {alpha}: a request that "
+                "names neither uses those."
+            )
+
+    def combinations(self) -> list[tuple[int, float]]:
+        """(beam size, alpha) pairs a request may ask for. Greedy search
+        has no length penalty, so it runs with one alpha, the first."""
+        pairs = [(1, self.alphas[0])] if 1 in self.beam_sizes else []
+        beams = [size for size in self.beam_sizes if size > 1]
+        return pairs + [(size, alpha) for size in beams for alpha in self.alphas]
+
+    def to_dict(self) -> dict:
+        return {"beam_sizes": list(self.beam_sizes), "alphas": list(self.alphas)}
+
+
+def _listed(values: tuple) -> str:
+    return ",".join(map(str, values))

@@ -20,18 +20,26 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.serving.options import ServeOptions
+from keras_transformer.serving.options import AllowedSettings, ServeOptions
 from keras_transformer.utils.setting_fields import flag_name
 
 
 class RequestError(Exception):
-    """A bad request: its HTTP status, the field at fault and why."""
+    """A bad request: its HTTP status, the field at fault and why (and any
+    headers the answer needs, such as Retry-After)."""
 
-    def __init__(self, status: int, field: str, message: str):
+    def __init__(
+        self,
+        status: int,
+        field: str | None,
+        message: str,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.field = field
         self.message = message
+        self.headers = headers
 
     def body(self) -> dict[str, Any]:
         return {"error": {"field": self.field, "message": self.message}}
@@ -61,6 +69,12 @@ class TranslateRequest(_Strict):
         description="Length penalty exponent, ((5 + length) / 6) ** alpha. "
         "Default: the server's.",
     )
+    split_sentences: bool = Field(
+        False,
+        description="Split each text into sentences (the server's "
+        "--source-language), translate them as one batch and rejoin them "
+        "with the text's own whitespace and line breaks.",
+    )
 
 
 class Hypothesis(BaseModel):
@@ -68,10 +82,23 @@ class Hypothesis(BaseModel):
     score: float
 
 
+class SentenceTranslation(BaseModel):
+    source: str = Field(description="The sentence, as split from the text.")
+    translation: str
+    score: float
+    n_best: list[Hypothesis]
+
+
 class Translation(BaseModel):
     translation: str = Field(description="The best hypothesis.")
     score: float = Field(description="Its score (see /v1/info, score).")
-    n_best: list[Hypothesis] = Field(description="The hypotheses, best first.")
+    n_best: list[Hypothesis] = Field(
+        description="The hypotheses, best first ([] with split_sentences: see "
+        "each sentence's)."
+    )
+    sentences: list[SentenceTranslation] | None = Field(
+        None, description="With split_sentences: each sentence's translation."
+    )
 
 
 class TranslateResponse(BaseModel):
@@ -101,7 +128,11 @@ class AttentionResponse(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    field: str = Field(description="The field at fault ('body' for the whole).")
+    field: str | None = Field(
+        description="What is at fault: a field ('texts[2]'), 'body', a header "
+        "('Content-Type'), 'path', 'method', 'http'; null when it is not the "
+        "request (overload, warming up, a server failure)."
+    )
     message: str
 
 
@@ -201,15 +232,16 @@ def check_token_counts(
             )
 
 
-def check_text(field: str, text: str, limits: ServeOptions) -> None:
-    """413 for a text over the limit; 422 for what no tokenizer can take."""
-    if len(text) > limits.max_text_chars:
+def check_text(
+    field: str, text: str, max_chars: int, flag: str = "--max-text-chars"
+) -> None:
+    """413 for a text over `max_chars`; 422 for what no tokenizer can take."""
+    if len(text) > max_chars:
         raise RequestError(
             413,
             field,
-            f"{field} has {len(text)} characters; the limit is "
-            f"{limits.max_text_chars} (--max-text-chars). Nothing is truncated: "
-            "split the text.",
+            f"{field} has {len(text)} characters; the limit is {max_chars:,} "
+            f"({flag}). Nothing is truncated: split the text.",
         )
     try:
         text.encode("utf-8")
@@ -228,7 +260,10 @@ def check_text(field: str, text: str, limits: ServeOptions) -> None:
 
 
 def translate_job(
-    request: TranslateRequest, defaults: SearchSettings, limits: ServeOptions
+    request: TranslateRequest,
+    defaults: SearchSettings,
+    limits: ServeOptions,
+    allowed: AllowedSettings,
 ) -> TranslateJob:
     """Check a `TranslateRequest` against the limits and make its settings."""
     texts = request.texts
@@ -242,8 +277,12 @@ def translate_job(
             "per request (--max-texts). Send them in several requests.",
         )
     for index, text in enumerate(texts):
-        check_text(f"texts[{index}]", text, limits)
-    settings = request_settings(request, defaults, limits)
+        field = f"texts[{index}]"
+        if request.split_sentences:
+            check_text(field, text, limits.max_document_chars, "--max-document-chars")
+        else:
+            check_text(field, text, limits.max_text_chars)
+    settings = request_settings(request, defaults, allowed)
     n_best = settings.beam_size if request.n_best is None else request.n_best
     if not 1 <= n_best <= settings.beam_size:
         raise RequestError(
@@ -256,17 +295,23 @@ def translate_job(
 
 
 def request_settings(
-    request: TranslateRequest, defaults: SearchSettings, limits: ServeOptions
+    request: TranslateRequest, defaults: SearchSettings, allowed: AllowedSettings
 ) -> SearchSettings:
-    """The server's settings with the request's beam size and alpha."""
-    beam_size = request.beam_size
-    if beam_size is not None and not 1 <= beam_size <= limits.max_beam_size:
-        raise RequestError(
-            422,
-            "beam_size",
-            f"beam_size must be between 1 and {limits.max_beam_size} (this "
-            f"server's --max-beam-size). Received: {beam_size}",
-        )
+    """The server's settings with the request's beam size and alpha, each
+    one of the values this server allows (compiled before it was ready)."""
+    for name, values, flag in (
+        ("beam_size", allowed.beam_sizes, "--allowed-beam-sizes"),
+        ("alpha", allowed.alphas, "--allowed-alphas"),
+    ):
+        value = getattr(request, name)
+        if value is not None and value not in values:
+            shown = ", ".join(map(str, values))
+            raise RequestError(
+                422,
+                name,
+                f"{name} must be one of {shown} (this server's {flag}: each is "
+                f"compiled before the server is ready). Received: {value}",
+            )
     settings = defaults
     for name in ("beam_size", "alpha"):
         value = getattr(request, name)

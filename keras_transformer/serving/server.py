@@ -1,20 +1,26 @@
-"""`keras-transformer serve`: open the engine, bind, serve until SIGTERM.
+"""`keras-transformer serve`: open the engine, bind, warm up, serve until SIGTERM.
 
 The order matters: the engine loads (and, for CTranslate2 or a SavedModel
-without --export-dir, the run is exported) before the socket is bound, so a
-client that can connect is served; the line naming the address is printed
-once the socket listens (with --port 0, it names the port chosen).
+without --export-dir, the run is exported) before the socket is bound;
+then the socket listens (the line naming the address is printed; with
+--port 0 it names the port chosen) and `/healthz` answers, while a worker
+thread compiles every search the server allows; `/readyz` answers 200, and
+translations are served, once that is done. An orchestrator routes traffic
+on `/readyz` and restarts on `/healthz`.
 
 Graceful shutdown is uvicorn's: on SIGTERM or Ctrl-C it stops accepting,
 lets every request in flight finish (their texts are in the batcher's
-queue or batch, and are decoded), closes the connections, then runs the
+queue or batch, and are decoded; a request whose client left has had its
+waiting texts dropped), closes the connections, then runs the
 application's shutdown, which stops the batcher. The process then exits
 with status 0.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+import logging
 import signal
 import socket
 import sys
@@ -23,7 +29,7 @@ from pathlib import Path
 
 from keras_transformer.data.block_encoding import available_cores
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.serving.options import ServeOptions
+from keras_transformer.serving.options import AllowedSettings, ServeOptions
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -113,18 +119,30 @@ def default_threads(workers: int) -> int:
     return max(1, (available_cores() - 1) // workers)
 
 
+@dataclasses.dataclass(frozen=True)
+class HttpPolicy:
+    """Who may call the server and how it logs (the flags beside `ServeOptions`)."""
+
+    allowed: AllowedSettings | None = None  # None: the engine's default.
+    cors_origins: tuple[str, ...] = ()
+    api_key_file: str | None = None
+    log_format: str = "text"
+    source_language: str = "en"
+    warmup_tokens: int = 64
+
+
 def serve(
     *,
     run_dir: str | None,
     engine: str,
     settings: SearchSettings,
     options: ServeOptions,
+    policy: HttpPolicy = HttpPolicy(),
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     allow_remote: bool = False,
     model: str | None = None,
     export_dir: str | None = None,
-    access_log: bool = False,
     preset: str | None = None,
 ) -> int:
     """Serve the run in `run_dir` (or the `preset` directory) until SIGTERM
@@ -132,68 +150,134 @@ def serve(
     from keras_transformer.utils.optional_imports import require
 
     check_host(host, allow_remote)
-    for module in ("fastapi", "uvicorn"):  # Before minutes of loading.
-        require(module, "serve", "keras-transformer serve")
-    import keras
+    for module in ("fastapi", "uvicorn", "prometheus_client", "sentencex"):
+        require(module, "serve", "keras-transformer serve")  # Before the loading.
+    from keras_transformer.serving.documents import check_language
+    from keras_transformer.serving.guards import read_api_key
+    from keras_transformer.serving.observability import configure_logging
 
-    from keras_transformer.serving.app import create_app
-    from keras_transformer.serving.batcher import Batcher
-    from keras_transformer.serving.engines import open_engine
-
-    workers = decode_workers(engine, options.workers, keras.backend.backend())
-    batch_size = options.max_batch_size or default_batch_size(engine)
+    language = check_language(policy.source_language)
+    api_key = read_api_key(policy.api_key_file) if policy.api_key_file else None
+    configure_logging(policy.log_format)
     with tempfile.TemporaryDirectory(prefix="keras-transformer-serve-") as scratch:
         if preset is not None:  # The engines read runs: the preset as one.
             from keras_transformer.export.preset import preset_as_run
 
             run_dir = str(preset_as_run(preset, Path(scratch) / "preset-run"))
-        opened = open_engine(
-            engine,
-            run_dir,
-            settings,
-            model=model,
-            export_dir=export_dir,
-            scratch=Path(scratch),
-            batch_size=batch_size,
-            threads=options.threads or default_threads(workers),
-            workers=workers,
+        serving = _open(
+            engine, run_dir, settings, options, policy, model, export_dir, scratch
         )
-        batcher = Batcher(
-            opened.translate,
-            max_batch_size=batch_size,
-            max_wait_ms=options.max_wait_ms,
-            max_queue=options.max_queue,
-            workers=workers,
-        )
-        app = create_app(opened, batcher, options, opened.settings)
+        serving.language = language
+        app = _guarded(serving, policy, api_key, is_loopback(host))
         try:
-            _serve_on(app, bind(host, port), host, opened.name, access_log)
+            _serve_on(app, bind(host, port), host, serving.engine.name, options)
         finally:
-            batcher.stop()
-            opened.close()
+            serving.batcher.stop()
+            serving.engine.close()
     print("keras-transformer serve: stopped", file=sys.stderr, flush=True)
     return 0
 
 
-def _serve_on(
-    app, sock: socket.socket, host: str, engine: str, access_log: bool
-) -> None:
+def _open(engine_name, run_dir, settings, options, policy, model, export_dir, scratch):
+    """The engine, its batcher and metrics, as the application's `Serving`."""
+    import keras
+
+    from keras_transformer.serving.app import Serving
+    from keras_transformer.serving.batcher import Batcher
+    from keras_transformer.serving.engines import open_engine
+    from keras_transformer.serving.observability import ServerMetrics
+
+    workers = decode_workers(engine_name, options.workers, keras.backend.backend())
+    batch_size = options.max_batch_size or default_batch_size(engine_name)
+    engine = open_engine(
+        engine_name,
+        run_dir,
+        settings,
+        model=model,
+        export_dir=export_dir,
+        scratch=Path(scratch),
+        batch_size=batch_size,
+        threads=options.threads or default_threads(workers),
+        workers=workers,
+    )
+    allowed = engine.allowed(policy.allowed)
+    # Read at scrape time: the batcher exists by then.
+    metrics = ServerMetrics(stats=lambda: batcher.stats())
+    batcher = Batcher(
+        engine.translate,
+        max_batch_size=batch_size,
+        max_wait_ms=options.max_wait_ms,
+        max_queue=options.max_queue,
+        workers=workers,
+        on_batch=metrics.observe_batch,
+    )
+    return Serving(
+        engine=engine,
+        batcher=batcher,
+        options=options,
+        settings=engine.settings,
+        allowed=allowed,
+        metrics=metrics,
+        warmup_tokens=min(policy.warmup_tokens, options.max_text_tokens),
+    )
+
+
+def _guarded(serving, policy: HttpPolicy, api_key, loopback: bool):
+    """The application inside its middleware: the request log outermost
+    (it sees every answer, refusals included), then the Host/Origin and
+    token checks, then CORS."""
+    from starlette.middleware.cors import CORSMiddleware
+
+    from keras_transformer.serving.app import create_app
+    from keras_transformer.serving.guards import Guard
+    from keras_transformer.serving.observability import RequestLog
+
+    app = create_app(serving)
+    if policy.cors_origins:
+        app = CORSMiddleware(
+            app,
+            allow_origins=list(policy.cors_origins),
+            allow_methods=["GET", "HEAD", "POST"],
+            allow_headers=["Content-Type", "Authorization", "X-Request-ID"],
+            expose_headers=["X-Request-ID", "Retry-After"],
+            max_age=600,
+        )
+    app = Guard(
+        app,
+        loopback_only=loopback,
+        cors_origins=policy.cors_origins,
+        api_key=api_key,
+    )
+    return RequestLog(
+        app,
+        metrics=serving.metrics,
+        logger=logging.getLogger("keras_transformer.serve"),
+        engine=serving.engine.name,
+    )
+
+
+def _serve_on(app, sock: socket.socket, host: str, engine: str, options) -> None:
     """Run uvicorn on `sock` until SIGTERM or Ctrl-C, after which every
     request in flight finishes; a second signal then stops the process."""
     import uvicorn
 
+    from keras_transformer.serving.http_protocol import protocol_class
+
     shown = f"[{host}]" if ":" in host else host
     print(
         f"keras-transformer serve: {engine} engine on "
-        f"http://{shown}:{sock.getsockname()[1]}/ (SIGTERM or Ctrl-C stops "
-        "it after the requests in flight)",
+        f"http://{shown}:{sock.getsockname()[1]}/ (warming up: ready when "
+        "/readyz answers 200; SIGTERM or Ctrl-C stops it after the requests "
+        "in flight)",
         flush=True,
     )
 
     config = uvicorn.Config(
         app,
+        http=protocol_class(header_timeout_s=options.header_timeout_s),
         log_level="info",
-        access_log=access_log,
+        access_log=False,  # One line per request is RequestLog's.
+        timeout_keep_alive=options.keep_alive_s,
         timeout_graceful_shutdown=None,  # Every request in flight finishes.
     )
     # uvicorn raises the signal again once it has shut down gracefully;

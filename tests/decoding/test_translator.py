@@ -85,8 +85,8 @@ def test_translate_is_deterministic_and_handles_no_input(translators):
 
 def test_batch_completion_does_not_change_results(translators):
     """3 sentences: batches of 2 then 1, one batch of 8 (five empty rows;
-    rows leave it as they finish), or as one program per batch of 2 (the
-    second completed with an empty row) give the same translations."""
+    rows leave it as they finish), or as one program per batch (2 rows,
+    then 1) give the same translations."""
     small, large = translators(2), translators(8)
     whole = translators(2, drop_finished=False)
     expected = whole.translate_ids(SENTENCES)

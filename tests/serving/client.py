@@ -60,10 +60,13 @@ class Response:
 
 
 class ServerProcess:
-    """`keras-transformer serve ARGS --port 0`, ready once it answers
-    /healthz; its stderr goes to `log` (read it when a test fails)."""
+    """`keras-transformer serve ARGS --port 0`, ready once /readyz answers
+    200 (`wait_ready=False`: once it listens); its stderr goes to `log`
+    (read it when a test fails)."""
 
-    def __init__(self, args: list[str], log: Path, timeout: float = 600):
+    def __init__(
+        self, args: list[str], log: Path, timeout: float = 600, wait_ready: bool = True
+    ):
         command = [sys.executable, "-m", "keras_transformer", "serve", *args]
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
         self.log = log
@@ -74,7 +77,22 @@ class ServerProcess:
             stderr=self._log_file,
             env=env,
         )
+        deadline = time.monotonic() + timeout
         self.port = self._read_port(timeout)
+        if wait_ready:
+            self.wait_ready(deadline - time.monotonic())
+
+    def wait_ready(self, timeout: float) -> float:
+        """Poll /readyz until 200; the seconds it took."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.process.poll() is not None:
+                break
+            if self.get("/readyz").status == 200:
+                return time.monotonic() - start
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"The server was not ready: {self.log.read_text()[-3000:]}")
 
     def _read_port(self, timeout: float) -> int:
         deadline = time.monotonic() + timeout

@@ -9,11 +9,12 @@ import pytest
 from keras_transformer.cli import main
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving import protocol
-from keras_transformer.serving.options import ServeOptions
+from keras_transformer.serving.options import AllowedSettings, ServeOptions
 from keras_transformer.serving.protocol import RequestError, TranslateRequest
 from keras_transformer.serving.server import check_host
 
-LIMITS = ServeOptions(max_texts=4, max_text_chars=20, max_beam_size=6, max_queue=8)
+LIMITS = ServeOptions(max_texts=4, max_text_chars=20, max_queue=8)
+ALLOWED = AllowedSettings((1, 2, 3, 4, 6), (0.0, 0.6))
 
 
 def refused(function, *args, **kwargs):
@@ -24,7 +25,7 @@ def refused(function, *args, **kwargs):
 
 def job(**body):
     request = protocol.validate(TranslateRequest, body)
-    return protocol.translate_job(request, SearchSettings(), LIMITS)
+    return protocol.translate_job(request, SearchSettings(), LIMITS, ALLOWED)
 
 
 def test_invalid_utf8_names_the_byte_and_its_offset():
@@ -99,10 +100,11 @@ def test_text_no_tokenizer_can_take_is_refused(text, expected):
 @pytest.mark.parametrize(
     "options, field, expected",
     [
-        ({"beam_size": 0}, "beam_size", "between 1 and 6 (this server's --max-beam"),
+        ({"beam_size": 0}, "beam_size", "one of 1, 2, 3, 4, 6 (this server's --allo"),
         ({"beam_size": 7}, "beam_size", "Received: 7"),
-        ({"alpha": -0.5}, "alpha", "alpha must be >= 0.0. Received: -0.5"),
-        ({"alpha": float("inf")}, "alpha", "must be a finite number"),
+        ({"alpha": -0.5}, "alpha", "alpha must be one of 0.0, 0.6 (this server's"),
+        ({"alpha": 0.61}, "alpha", "--allowed-alphas: each is compiled before"),
+        ({"alpha": float("inf")}, "alpha", "Received: inf"),
         ({"n_best": 5}, "n_best", "between 1 and the beam size (4). Received: 5"),
         ({"beam_size": 2, "n_best": 0}, "n_best", "beam size (2). Received: 0"),
     ],
@@ -181,6 +183,14 @@ def test_other_addresses_than_loopback_need_allow_remote():
         (["--engine", "savedmodel", "--workers", "3"], "the savedmodel engine"),
         (["--workers", "-1"], "must be >= 0"),
         (["--workers", "65"], "must be <= 64"),
+        (["--allowed-beam-sizes", "1,x"], "'x' is not an integer"),
+        (["--allowed-beam-sizes", "0,4"], "0 is not a beam size"),
+        (["--allowed-beam-sizes", "1,2"], "must hold the server's own --beam-size 4"),
+        (["--allowed-alphas", "1.0"], "own --beam-size 4 and --alpha 0.6"),
+        (["--header-timeout-s", "0"], "must be > 0.0"),
+        (["--source-language", "english!"], "--source-language"),
+        (["--api-key-file", "missing-key"], "--api-key-file missing-key"),
+        (["--log-format", "xml"], "invalid choice: 'xml'"),
     ],
 )
 def test_serve_refuses_bad_flags_before_loading(tmp_path, capsys, argv, expected):

@@ -39,6 +39,7 @@ def run_dir(tmp_path_factory):
 def server(run_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("logs") / "server.log"
     args = ["--run-dir", str(run_dir), "--engine", "ctranslate2", "--beam-size", "1"]
+    args += ["--allowed-beam-sizes", "1,3"]
     args += ["--max-extra-length", str(EXTRA)]  # The default batch size.
     args += ["--workers", "2"]  # Batches side by side, whatever the cores.
     process = ServerProcess(args, log)

@@ -24,8 +24,9 @@ from tests.serving.client import ServerProcess, make_run
 pytestmark = pytest.mark.slow
 
 EXTRA = 4
-LIMITS = ["--max-texts", "4", "--max-text-chars", "160", "--max-beam-size", "6",
-          "--max-text-tokens", "150"]  # fmt: skip
+LIMITS = ["--max-texts", "4", "--max-text-chars", "160", "--max-document-chars",
+          "160", "--allowed-beam-sizes", "1,3,4", "--max-text-tokens", "150",
+          "--warmup-tokens", "16"]  # fmt: skip
 BATCHING = ["--max-batch-size", "4", "--max-wait-ms", "5", "--max-queue", "12"]
 # Batches side by side where the engine allows it, whatever the cores.
 WORKERS = 1 if keras.backend.backend() == "torch" else 2
@@ -163,8 +164,8 @@ def bad_requests(server) -> list[tuple[str, bytes, int, str]]:
         ("text too many tokens", body(texts=["a", "\U0001f600" * 45]), 413, "texts[1]"),
         ("lone surrogate", b'{"texts": ["a\\ud800"]}', 422, "texts[0]"),
         ("beam size 0", body(beam_size=0), 422, "beam_size"),
-        ("beam size above the maximum", body(beam_size=7), 422, "beam_size"),
-        ("n-best above the beam", body(beam_size=2, n_best=3), 422, "n_best"),
+        ("beam size not allowed", body(beam_size=7), 422, "beam_size"),
+        ("n-best above the beam", body(beam_size=3, n_best=4), 422, "n_best"),
         ("alpha negative", body(alpha=-1), 422, "alpha"),
         ("body too large", b" " * 12_000, 413, "body"),  # Limit: 11,808.
     ]

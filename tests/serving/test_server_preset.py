@@ -32,8 +32,10 @@ def test_serve_a_preset_answers_as_translate_does(preset, tmp_path, capsys):
     expected = capsys.readouterr().out.split("\n")[:-1]
     assert len(expected) == 4 and expected[0]
     server = ServerProcess(
-        ["--preset", str(preset), "--max-extra-length", str(EXTRA)], tmp_path / "log"
-    )
+        ["--preset", str(preset), "--max-extra-length", str(EXTRA),
+         "--allowed-beam-sizes", "1,2,4", "--warmup-tokens", "8"],
+        tmp_path / "log",
+    )  # fmt: skip
     try:
         assert server.translate(TEXTS, beam_size=2) == expected
     finally:

@@ -1,0 +1,145 @@
+"""Who may send the server work: the Host and Origin checks and the token.
+
+A server on the loopback address is still reachable from any web page the
+machine's browser opens: a page on evil.example can resolve its own name to
+127.0.0.1 (DNS rebinding) and then POST to it as if same-origin. So on a
+loopback address only requests whose Host header names a loopback address
+(localhost, 127.0.0.1, [::1], with any port) are served, and a request that
+carries an Origin header must come from such an origin or from one given
+with `--cors-origin`. With `--api-key-file`, every route but the liveness
+and readiness probes needs `Authorization: Bearer <key>`, compared in
+constant time. Each refusal is the server's one error shape.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+# Probes an orchestrator calls without credentials.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def read_api_key(path: str | Path) -> str:
+    """The bearer token in `path` (surrounding whitespace removed)."""
+    try:
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise ValueError(
+            f"--api-key-file {path}: cannot be read ({error.strerror})."
+        ) from None
+    except UnicodeDecodeError:
+        raise ValueError(f"--api-key-file {path}: not UTF-8 text.") from None
+    if len(key) < 16 or any(c.isspace() for c in key):
+        raise ValueError(
+            f"--api-key-file {path}: the key must be one word of at least 16 "
+            f"characters (this one has {len(key)}); e.g. `python -c 'import "
+            "secrets; print(secrets.token_urlsafe(32))' > FILE`."
+        )
+    return key
+
+
+def _host_name(value: str) -> str:
+    """'127.0.0.1:8080' -> '127.0.0.1'; '[::1]:80' -> '::1'."""
+    return (urlsplit(f"//{value}").hostname or "").lower()
+
+
+class Guard:
+    """ASGI middleware: the Host/Origin checks (`loopback_only`), the bearer
+    token (`api_key`), before the application sees the request.
+
+    Args:
+        app: the ASGI application to guard.
+        loopback_only: refuse Host headers that are not loopback names.
+        cors_origins: origins a browser may call from (`--cors-origin`).
+        api_key: the bearer token, or None (no authentication).
+    """
+
+    def __init__(
+        self,
+        app,
+        *,
+        loopback_only: bool,
+        cors_origins: Iterable[str] = (),
+        api_key: str | None = None,
+    ):
+        self.app = app
+        self.loopback_only = loopback_only
+        self.cors_origins = frozenset(o.rstrip("/") for o in cors_origins)
+        self.api_key = api_key
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {
+            k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]
+        }
+        refusal = self._refusal(scope, headers)
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        status, field, message, extra = refusal
+        body = json.dumps({"error": {"field": field, "message": message}}).encode()
+        response_headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *[(k.encode(), v.encode()) for k, v in extra.items()],
+        ]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": response_headers,
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    def _refusal(self, scope, headers: dict[str, str]):
+        """(status, field, message, headers) of a refused request, or None."""
+        if self.loopback_only:
+            host = headers.get("host", "")
+            if _host_name(host) not in LOOPBACK_NAMES:
+                return (
+                    403,
+                    "Host",
+                    f"Host {host!r} is not a loopback name: this server listens "
+                    "on a loopback address and answers only requests for "
+                    "localhost, 127.0.0.1 or [::1] (a page that made its own "
+                    "name point here is refused).",
+                    {},
+                )
+            origin = headers.get("origin")
+            if origin is not None and not self._origin_allowed(origin):
+                return (
+                    403,
+                    "Origin",
+                    f"Origin {origin!r} may not call this server: serve with "
+                    f"--cors-origin {origin} to allow it.",
+                    {},
+                )
+        if self.api_key is not None and scope["path"] not in OPEN_PATHS:
+            given = headers.get("authorization", "")
+            scheme, _, token = given.partition(" ")
+            expected = self.api_key.encode()
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                token.strip().encode(), expected
+            ):
+                what = "missing" if not given else "wrong"
+                return (
+                    401,
+                    "Authorization",
+                    f"The Authorization header is {what}: send "
+                    "'Authorization: Bearer <the key in --api-key-file>'.",
+                    {"www-authenticate": 'Bearer realm="keras-transformer"'},
+                )
+        return None
+
+    def _origin_allowed(self, origin: str) -> bool:
+        if origin.rstrip("/") in self.cors_origins:
+            return True
+        return _host_name(urlsplit(origin).netloc) in LOOPBACK_NAMES

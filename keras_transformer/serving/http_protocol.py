@@ -1,0 +1,156 @@
+"""uvicorn's h11 protocol with a header read timeout and JSON error answers.
+
+Why it exists: uvicorn 0.55 has no header read timeout, so a client that
+connects and sends nothing, or trickles its headers a byte at a time, holds
+a connection for ever; and it answers malformed HTTP with a plain-text 400,
+where every other error of this server is `{"error": {"field", "message"}}`.
+
+- Header timeout: a new connection, and a keep-alive connection once the
+  first bytes of its next request arrive, must complete the request line
+  and headers within `header_timeout_s`, else `408` and the connection
+  closes. The deadline is not moved by further bytes (a trickle is not
+  progress). Once the headers are in, reading the body is the
+  application's business. An idle keep-alive connection (a response sent,
+  no byte of a next request yet) has no header timer: uvicorn's
+  `timeout_keep_alive` closes it, silently, as before.
+- Malformed HTTP (any h11 `RemoteProtocolError`): the JSON shape with field
+  "http" and h11's reason, at h11's status hint: 400, 431 for a header
+  section over h11's maximum incomplete event size (16 KiB unless
+  `h11_max_incomplete_event_size` says), 501 for a Transfer-Encoding h11
+  does not support.
+
+Everything else (requests, keep-alive, pipelining, graceful shutdown) is
+uvicorn's own code. Pass `protocol_class(header_timeout_s=...)` as
+`uvicorn.Config(http=...)`.
+
+uvicorn internals relied on (tests/serving/test_http_protocol.py checks
+them, so an upgrade that moves them fails there): `H11Protocol`'s
+attributes `conn` (the h11.Connection), `transport`, `loop`, `logger`,
+`config`, `server_state.default_headers` (Date and Server headers); its
+hooks `connection_made`, `data_received`, `on_response_complete`,
+`connection_lost`; `_unset_keepalive_if_required()`; and that
+`handle_events` calls `send_400_response(msg)` inside its
+`except h11.RemoteProtocolError` block (so the error is `sys.exc_info()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+from http import HTTPStatus
+
+import h11
+from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE  # As uvicorn does.
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+MAX_DETAIL_CHARS = 200  # h11 quotes the offending line: keep the answer short.
+
+
+class JsonH11Protocol(H11Protocol):
+    """`H11Protocol` with the header read timeout and JSON error answers."""
+
+    header_timeout_s: float = 10.0  # `protocol_class` sets the served value.
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()  # A new connection owes a request at once.
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._follow_request()
+
+    def on_response_complete(self) -> None:
+        # uvicorn starts the next cycle here and parses pipelined bytes.
+        super().on_response_complete()
+        self._follow_request()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._cancel_header_timer()
+
+    def send_400_response(self, msg: str) -> None:
+        # Called by `handle_events` inside `except h11.RemoteProtocolError`.
+        error = sys.exc_info()[1]
+        if not isinstance(error, h11.RemoteProtocolError):
+            self._send_error(400, msg)
+            return
+        status = error.error_status_hint
+        if status == 431:  # h11 says "Receive buffer too long".
+            limit = (
+                self.config.h11_max_incomplete_event_size
+                or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
+            )
+            detail = f"the request line and headers exceed {limit} bytes"
+        else:  # Quoted client bytes are repr()-escaped: safe, if long.
+            detail = str(error)[:MAX_DETAIL_CHARS]
+        self._send_error(status, f"{msg.rstrip('.')}: {detail}.")
+
+    def _follow_request(self) -> None:
+        """Arm the timer when a next request has begun arriving; cancel it
+        once its headers are in (h11 has left IDLE) or the connection ends."""
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            self._cancel_header_timer()
+        elif self.conn.trailing_data[0]:  # Part of a request line or headers.
+            # Bytes of a request: the header timer governs now, not
+            # keep-alive (uvicorn arms that before parsing pipelined bytes).
+            self._unset_keepalive_if_required()
+            if self._header_timer is None:  # The deadline never moves.
+                self._arm_header_timer()
+
+    def _arm_header_timer(self) -> None:
+        self._header_timer = self.loop.call_later(
+            self.header_timeout_s, self._header_timeout
+        )
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        message = (
+            "The request line and headers did not arrive within "
+            f"{self.header_timeout_s:g} s."
+        )
+        self.logger.info("%s (client %s)", message, self.client)
+        self._send_error(408, message)
+
+    def _send_error(self, status: int, message: str) -> None:
+        """Answer `status` in the server's error shape, then close."""
+        body = json.dumps({"error": {"field": "http", "message": message}}).encode()
+        headers = [
+            *self.server_state.default_headers,
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        events = (
+            h11.Response(
+                status_code=status, headers=headers, reason=HTTPStatus(status).phrase
+            ),
+            h11.Data(data=body),
+            h11.EndOfMessage(),
+        )
+        try:
+            output = b"".join(self.conn.send(event) or b"" for event in events)
+        except h11.LocalProtocolError:
+            output = b""  # A response had begun: all that is left is to close.
+        if output:
+            self.transport.write(output)
+        self.transport.close()
+
+
+def protocol_class(*, header_timeout_s: float) -> type[JsonH11Protocol]:
+    """A `JsonH11Protocol` subclass whose header timeout is
+    `header_timeout_s` seconds, for `uvicorn.Config(http=...)`."""
+    if not (math.isfinite(header_timeout_s) and header_timeout_s > 0):
+        raise ValueError(f"header_timeout_s must be > 0, not {header_timeout_s}.")
+    return type(
+        "JsonH11Protocol", (JsonH11Protocol,), {"header_timeout_s": header_timeout_s}
+    )

@@ -1,0 +1,338 @@
+"""What an operator meets, against a real `keras-transformer serve` on
+127.0.0.1: readiness after the warm-up, allowed settings, metrics,
+abandoned work, read timeouts, one error shape, HTTP details, documents.
+
+The run is `make_run`'s untrained model that never emits EOS: outputs run
+to source length + EXTRA tokens, so the time of a request is known."""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import threading
+import time
+
+import pytest
+
+from tests.serving.client import ServerProcess, make_run
+
+pytestmark = pytest.mark.slow
+
+EXTRA = 8
+FLAGS = [
+    "--max-extra-length", str(EXTRA), "--allowed-beam-sizes", "1,4",
+    "--allowed-alphas", "0.6,1.0", "--warmup-tokens", "32",
+    "--max-batch-size", "1", "--workers", "1", "--max-texts", "6",
+    "--max-text-tokens", "60", "--max-document-chars", "2000",
+    "--header-timeout-s", "1", "--body-timeout-s", "1",
+    "--cors-origin", "https://example.org",
+]  # fmt: skip
+SHORT = ["a dog runs.", "two men play football.", "the water is cold."]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("serve-ops") / "run")
+
+
+@pytest.fixture(scope="module")
+def server(run_dir, tmp_path_factory):
+    log = tmp_path_factory.mktemp("logs") / "server.log"
+    process = ServerProcess(["--run-dir", str(run_dir), *FLAGS], log, wait_ready=False)
+    yield process
+    process.stop()
+
+
+def metrics(server) -> dict[tuple[str, tuple], float]:
+    """/metrics as {(sample name, sorted labels): value}, parsed by
+    prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    answer = server.get("/metrics")
+    assert answer.status == 200
+    samples = {}
+    for family in text_string_to_metric_families(answer.body.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def metric(server, name: str, **labels) -> float:
+    return metrics(server).get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_not_ready_until_warm_then_as_fast_as_later(server):
+    """Runs first: the module's server is still warming up."""
+    early = server.get("/readyz")
+    assert server.get("/healthz").status == 200  # Alive meanwhile.
+    if early.status != 200:  # A fast machine may be warm already.
+        assert early.status == 503 and "warming up" in early.error()[1]
+        assert int(early.headers["retry-after"]) >= 1
+        refused = server.post("/v1/translate", {"texts": ["a dog."]})
+        assert refused.status == 503 and refused.error()[0] is None
+    server.wait_ready(600)
+    ready = server.get("/readyz").json()
+    assert ready["ready"] is True and ready["warmup_seconds"] > 0
+    assert metric(server, "keras_transformer_ready") == 1
+    warm = metric(server, "keras_transformer_compilations_total", phase="warmup")
+    times = []
+    for beam, alpha in [(4, 0.6), (1, 0.6), (4, 1.0)] * 7:
+        start = time.perf_counter()
+        server.translate(SHORT[:2], beam_size=beam, alpha=alpha)
+        times.append(time.perf_counter() - start)
+    later = statistics.median(times[3:])
+    # The first of each setting was compiled at warm-up: no compile now.
+    assert max(times[:3]) < 3 * later + 0.25, times
+    assert metric(server, "keras_transformer_compilations_total", phase="serving") == 0
+    assert (
+        metric(server, "keras_transformer_compilations_total", phase="warmup") == warm
+    )
+
+
+def test_a_setting_not_allowed_is_a_422_naming_the_allowed_values(server):
+    server.wait_ready(600)
+    for body, field, shown in [
+        ({"alpha": 0.61}, "alpha", "one of 0.6, 1.0"),
+        ({"beam_size": 3}, "beam_size", "one of 1, 4"),
+    ]:
+        answer = server.post("/v1/translate", {"texts": ["a dog."], **body})
+        assert answer.status == 422 and answer.error()[0] == field
+        assert shown in answer.error()[1]
+    info = server.get("/v1/info").json()
+    assert info["allowed"] == {"beam_sizes": [1, 4], "alphas": [0.6, 1.0]}
+    assert "/" not in info["model"]["run"]  # No absolute paths.
+    assert str(server.log.parent) not in json.dumps(info)
+
+
+def test_metrics_count_the_requests_sent(server):
+    server.wait_ready(600)
+    before = metrics(server)
+    for _ in range(3):
+        server.translate(["a dog."])
+    server.get("/nowhere")
+    after = metrics(server)
+
+    def grew(name, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0) - before.get(key, 0)
+
+    total = "keras_transformer_requests_total"
+    ok = {"route": "/v1/translate", "method": "POST", "status": "200"}
+    assert grew(total, **ok) == 3
+    assert grew(total, route="unmatched", method="GET", status="404") == 1
+    seconds = "keras_transformer_request_seconds_count"
+    assert grew(seconds, route="/v1/translate") == 3
+    assert grew("keras_transformer_texts_translated_total") == 3
+
+
+def test_abandoned_requests_are_not_decoded(server):
+    """One worker, batches of 1: a request of 6 texts holds the worker while
+    8 clients send a text each and leave after 0.3 s. Their texts still
+    waiting are dropped: every text sent is either decoded or dropped."""
+    server.wait_ready(600)
+    before = server.get("/healthz").json()
+    dropped = metric(server, "keras_transformer_dropped_texts_total")
+    # Over the warm-up's 32 tokens: the first batch compiles (not on torch).
+    long = "the old man likes the garden near the river"
+    blocker = threading.Thread(
+        target=server.translate, args=([long] * 6,), kwargs={"beam_size": 4}
+    )
+    blocker.start()
+    time.sleep(0.2)
+    leavers = []
+    for _ in range(8):
+        body = json.dumps({"texts": [long], "beam_size": 4}).encode()
+        leaver = socket.create_connection(("127.0.0.1", server.port))
+        head = (
+            f"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        leaver.sendall(head.encode() + body)
+        leavers.append(leaver)
+    time.sleep(0.3)
+    for leaver in leavers:
+        leaver.close()
+    blocker.join(300)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        stats = server.get("/healthz").json()
+        if stats["queued"] == stats["decoding"] == 0:
+            break
+        time.sleep(0.1)
+    decoded = stats["texts"] - before["texts"]
+    gone = metric(server, "keras_transformer_dropped_texts_total") - dropped
+    assert gone >= 4, (decoded, gone)  # Most left while the blocker decoded.
+    assert decoded + gone == 6 + 8
+    assert metric(server, "keras_transformer_disconnects_total") >= gone
+
+
+def raw(server, data: bytes, wait: float = 0.0) -> tuple[int, dict, float]:
+    """Send raw bytes, read the answer: (status, JSON body, seconds)."""
+    start = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(data)
+        time.sleep(wait)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1])
+    return status, json.loads(body), time.perf_counter() - start
+
+
+def test_stalled_clients_get_408_within_the_timeout(server):
+    server.wait_ready(600)
+    stalled_body = (
+        b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+        b'application/json\r\nContent-Length: 100\r\n\r\n{"texts": '
+    )
+    for data, field in [
+        (stalled_body, "body"),
+        (b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\n", "http"),
+        (b"", "http"),  # A silent connection.
+    ]:
+        status, body, seconds = raw(server, data)
+        assert status == 408 and body["error"]["field"] == field, body
+        assert seconds < 5
+
+
+def test_every_error_has_the_one_json_shape(server):
+    server.wait_ready(600)
+    json_type = {"Content-Type": "application/json"}
+    good = json.dumps({"texts": ["a dog."]}).encode()
+    cases = [
+        (server.get("/nowhere"), 404, "path"),
+        (server.request("DELETE", "/v1/translate"), 405, "method"),
+        (server.post("/v1/translate", {"texts": ["x" * 1001]}), 413, "texts[0]"),
+        (server.request("POST", "/v1/translate", good, {}), 415, "Content-Type"),
+        (
+            server.request(
+                "POST", "/v1/translate", good, {"Content-Type": "text/plain"}
+            ),
+            415,
+            "Content-Type",
+        ),
+        (server.post("/v1/translate", {"texts": [1]}), 422, "texts[0]"),
+        (
+            server.request("POST", "/v1/translate", b"{", json_type),
+            400,
+            "body",
+        ),
+        (
+            server.get(
+                "/v1/info",
+            ),
+            200,
+            None,
+        ),
+    ]
+    for answer, status, field in cases[:-1]:
+        assert answer.status == status, answer.body
+        assert answer.headers["content-type"] == "application/json"
+        assert set(answer.json()) == {"error"}
+        assert set(answer.json()["error"]) == {"field", "message"}
+        assert answer.error()[0] == field
+    status, body, _ = raw(server, b"GARBAGE\r\n\r\n")
+    assert status == 400 and body["error"]["field"] == "http"
+
+
+def test_head_options_host_origin_and_cors(server):
+    server.wait_ready(600)
+    for path in ("/healthz", "/readyz", "/v1/info", "/", "/metrics"):
+        head = server.request("HEAD", path)
+        assert head.status == 200 and head.body == b"", path
+    assert server.get("/favicon.ico").status == 200
+    rebound = server.request("GET", "/v1/info", headers={"Host": "evil.example"})
+    assert rebound.status == 403 and rebound.error()[0] == "Host"
+    foreign = server.request(
+        "POST",
+        "/v1/translate",
+        json.dumps({"texts": ["a"]}).encode(),
+        {"Content-Type": "application/json", "Origin": "https://evil.example"},
+    )
+    assert foreign.status == 403 and foreign.error()[0] == "Origin"
+    preflight = server.request(
+        "OPTIONS",
+        "/v1/translate",
+        headers={
+            "Origin": "https://example.org",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type",
+        },
+    )
+    assert preflight.status == 200
+    assert preflight.headers["access-control-allow-origin"] == "https://example.org"
+    allowed = server.request(
+        "GET", "/v1/info", headers={"Origin": "https://example.org"}
+    )
+    assert allowed.status == 200
+    assert allowed.headers["access-control-allow-origin"] == "https://example.org"
+
+
+def test_a_document_is_split_translated_as_sentences_and_rejoined(server):
+    server.wait_ready(600)
+    sentences = [
+        "A dog runs on the beach.",
+        "Two men play football.",
+        "The water is cold.",
+        "A woman reads a book.",
+        "Children sing.",
+    ]
+    document = f"{sentences[0]} {sentences[1]}\n\n  {' '.join(sentences[2:])}\n"
+    answer = server.post(
+        "/v1/translate", {"texts": [document], "split_sentences": True}
+    )
+    assert answer.status == 200, answer.body
+    (item,) = answer.json()["translations"]
+    assert [s["source"] for s in item["sentences"]] == sentences
+    alone = server.translate(sentences)
+    assert [s["translation"] for s in item["sentences"]] == alone
+    assert item["translation"] == (
+        f"{alone[0]} {alone[1]}\n\n  {' '.join(alone[2:])}\n"
+    )
+    long_sentence = "Fine. " + "the old man likes the garden " * 20 + "."
+    too_long = server.post(
+        "/v1/translate", {"texts": [long_sentence], "split_sentences": True}
+    )
+    assert too_long.status == 413
+    assert too_long.error()[0] == "texts[0].sentences[1]"
+    assert "(--max-text-tokens)" in too_long.error()[1]
+
+
+def test_a_bearer_token_and_json_logs(run_dir, tmp_path):
+    key = tmp_path / "key"
+    key.write_text("k" * 32 + "\n")
+    log = tmp_path / "server.log"
+    process = ServerProcess(
+        ["--run-dir", str(run_dir), "--beam-size", "1", "--warmup-tokens", "8",
+         "--max-extra-length", "2", "--api-key-file", str(key),
+         "--log-format", "json"],
+        log,
+    )  # fmt: skip
+    try:
+        body = json.dumps({"texts": ["a dog."]}).encode()
+        headers = {"Content-Type": "application/json", "X-Request-ID": "req-7"}
+        missing = process.request("POST", "/v1/translate", body, headers)
+        assert missing.status == 401 and missing.error()[0] == "Authorization"
+        assert "bearer" in missing.headers["www-authenticate"].lower()
+        wrong = process.request(
+            "POST", "/v1/translate", body, {**headers, "Authorization": "Bearer x"}
+        )
+        assert wrong.status == 401
+        good = process.request(
+            "POST",
+            "/v1/translate",
+            body,
+            {**headers, "Authorization": f"Bearer {'k' * 32}"},
+        )
+        assert good.status == 200 and good.headers["x-request-id"] == "req-7"
+        assert process.get("/readyz").status == 200  # Probes need no key.
+    finally:
+        assert process.stop() == 0
+    lines = [
+        json.loads(line) for line in log.read_text().splitlines() if '"req-7"' in line
+    ]
+    ok = [line for line in lines if line.get("status") == 200]
+    assert len(ok) == 1 and ok[0]["texts"] == 1 and ok[0]["tokens"] > 0
+    assert ok[0]["engine"] == "keras" and ok[0]["milliseconds"] > 0
