@@ -86,7 +86,13 @@ for _ in $(seq 600); do
 done
 url=$(grep -o "http://127.0.0.1:[0-9]*/" "$work/serve.out") || fail "serve printed no address"
 "$py" - "$url" <<'PY' || fail "serve did not translate"
-import json, sys, urllib.request
+import json, sys, time, urllib.error, urllib.request
+for _ in range(1200):  # Ready once the warm-up has compiled every search.
+    try:
+        urllib.request.urlopen(sys.argv[1] + "readyz", timeout=10)
+        break
+    except urllib.error.HTTPError:
+        time.sleep(0.5)
 request = urllib.request.Request(
     sys.argv[1] + "v1/translate", json.dumps({"texts": ["The children play."]}).encode(),
     {"Content-Type": "application/json"})

@@ -140,7 +140,32 @@ def create_app(serving: Serving) -> FastAPI:
     _add_status(app, serving)
     _add_translate(app, serving)
     _add_attention(app, serving)
+    _add_options(app)
     return app
+
+
+def _add_options(app: FastAPI) -> None:
+    """OPTIONS on every route: 204 with the methods it takes (`Allow`). A
+    CORS preflight, with --cors-origin, is answered by the CORS middleware
+    before it gets here."""
+    methods: dict[str, set[str]] = {}
+    for route in app.routes:
+        if getattr(route, "methods", None):
+            methods.setdefault(route.path, set()).update(route.methods)
+    for path, allowed in methods.items():
+        allow = ", ".join(sorted(allowed | {"OPTIONS"}))
+        app.add_api_route(
+            path, _allow(allow), methods=["OPTIONS"], include_in_schema=False
+        )
+
+
+def _allow(allow: str):
+    """An OPTIONS endpoint answering `Allow: allow` (one per route)."""
+
+    def options() -> Response:
+        return Response(status_code=204, headers={"Allow": allow})
+
+    return options
 
 
 def _warm_up_failed(serving: Serving, future) -> None:

@@ -31,6 +31,8 @@ EXTRAS = {
     "ctranslate2": "serve",
     "fastapi": "serve",
     "uvicorn": "serve",
+    "prometheus_client": "serve",
+    "sentencex": "serve",
     "nbclient": "notebooks",
     "nbformat": "notebooks",
 }

@@ -243,6 +243,10 @@ def test_head_options_host_origin_and_cors(server):
         head = server.request("HEAD", path)
         assert head.status == 200 and head.body == b"", path
     assert server.get("/favicon.ico").status == 200
+    options = server.request("OPTIONS", "/v1/translate")
+    assert options.status == 204 and options.headers["allow"] == "OPTIONS, POST"
+    nowhere = server.request("OPTIONS", "/nowhere")
+    assert nowhere.status == 404 and nowhere.error()[0] == "path"
     rebound = server.request("GET", "/v1/info", headers={"Host": "evil.example"})
     assert rebound.status == 403 and rebound.error()[0] == "Host"
     foreign = server.request(
