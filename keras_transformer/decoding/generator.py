@@ -284,6 +284,48 @@ class SequenceGenerator:
             if size < len(rows):
                 carry, rows = _keep_rows(carry, active, rows, size)
 
+    def warm_up(self, source_ids) -> None:
+        """Compile every program a search of this batch shape (B, S) can
+        run, whatever its sentences' output lengths: the whole search, or
+        with `drop_finished` the start, a segment at each cache length the
+        caches grow to, and a segment at each smaller batch size the search
+        shrinks to. A server calls it before it says it is ready."""
+        source_ids = np.asarray(source_ids, np.int32)
+        if not self.drop_finished:
+            self._run(ops.convert_to_tensor(source_ids))
+            return
+        batch_size = source_ids.shape[0]
+        max_length = source_ids.shape[1] + self.max_extra_length
+        carry = self._start(ops.convert_to_tensor(source_ids))
+        lengths = [max_length]
+        if self.cached and batch_size > SMALL_BATCH:
+            lengths = [
+                self.cache_length(steps, max_length, batch_size)
+                for steps in _doublings(2 * self.segment_steps, max_length)
+            ]
+        for length in lengths:  # The caches as they grow.
+            if self.cached:
+                carry = self._grow_cache(carry, length, max_length)
+            carry, *_ = self._segment(carry, np.int32(0))
+        rows = np.arange(batch_size)
+        smaller = {smaller_batch_size(batch_size, n) for n in range(1, batch_size)}
+        for size in sorted(smaller - {batch_size}, reverse=True):
+            # The batch as sentences finish: from any size to any smaller
+            # one, a program per size (the caches are then at the limit).
+            active = np.arange(len(rows)) < size
+            carry, rows = _keep_rows(carry, active, rows, size)
+            if self.cached:
+                carry = self._grow_cache(carry, max_length, max_length)
+            carry, *_ = self._segment(carry, np.int32(0))
+
+
+def _doublings(start: int, limit: int) -> list[int]:
+    """start, 2 start, 4 start, ..., up to the first at or past `limit`."""
+    values = [start]
+    while values[-1] < limit:
+        values.append(values[-1] * 2)
+    return values
+
 
 def smaller_batch_size(batch_size: int, rows: int) -> int:
     """The smallest of batch_size, batch_size/4, batch_size/16, ..., 1

@@ -95,7 +95,7 @@ class Serving:
         self.metrics.warmed_up(self.warmup_seconds)
         self.ready = True
         log.info(
-            "warm-up done in %.1f s: %d searches, %d programs compiled; ready",
+            "warm-up done in %.1f s: %d batch shapes, %d programs compiled; ready",
             self.warmup_seconds,
             searches,
             self._compiled - before,

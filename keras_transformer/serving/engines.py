@@ -87,7 +87,7 @@ class Engine:
     def warm_up(self, allowed: AllowedSettings, max_tokens: int) -> int:
         """Search once with each allowed setting, for each batch size and
         source length the engine compiles a program for, sources up to
-        `max_tokens` tokens; returns the searches run. Called on a worker
+        `max_tokens` tokens; returns the batch shapes run. Called on a worker
         thread before the server says it is ready."""
         searches = 0
         for beam_size, alpha in allowed.combinations():
@@ -174,14 +174,26 @@ class KerasEngine(Engine):
         )
 
     def warm_up(self, allowed: AllowedSettings, max_tokens: int) -> int:
+        """Every program of every allowed search: for each batch size the
+        `Translator` pads to and each source length up to `max_tokens`
+        (padded to multiples of 8), `SequenceGenerator.warm_up` compiles the
+        start, each cache length and each batch size the search shrinks to.
+        Returns the batch shapes warmed per setting times the settings."""
         # Every allowed setting keeps its compiled search: none is evicted.
-        self.kept_translators = max(self.kept_translators, len(allowed.combinations()))
-        return super().warm_up(allowed, max_tokens)
+        combinations = allowed.combinations()
+        self.kept_translators = max(self.kept_translators, len(combinations))
+        shapes = self.warm_up_shapes(max_tokens)
+        token = min(self.tokenizer.vocab_size - 1, 8)  # A word, not a special id.
+        for beam_size, alpha in combinations:
+            settings = self.settings.replace(beam_size=beam_size, alpha=alpha)
+            generator = self._translator(settings).generator
+            for rows, tokens in shapes:
+                generator.warm_up(np.full((rows, tokens), token, np.int32))
+        return len(shapes) * len(combinations)
 
     def warm_up_shapes(self, max_tokens: int) -> list[tuple[int, int]]:
         """Every batch size `Translator` pads a batch to, by every source
-        length up to `max_tokens` (padded to multiples of 8): the shapes of
-        the whole-search programs (see `_translator`)."""
+        length up to `max_tokens` (padded to multiples of 8)."""
         from keras_transformer.decoding.generator import smaller_batch_size
 
         sizes = {
@@ -190,12 +202,10 @@ class KerasEngine(Engine):
         }
         lengths = range(8, max_tokens + 1, 8)
         return [
-            (rows, tokens) for rows in sorted(sizes, reverse=True) for tokens in lengths
+            (rows, length) for rows in sorted(sizes, reverse=True) for length in lengths
         ]
 
     def _translator(self, settings: SearchSettings):
-        import keras
-
         from keras_transformer.decoding.translator import Translator
 
         if settings.is_greedy:  # No length penalty: one search for any alpha.
@@ -203,17 +213,8 @@ class KerasEngine(Engine):
         with self._translators_lock:
             translator = self._translators.pop(settings, None)
             if translator is None:
-                # One compiled program per batch shape, every one of them
-                # compiled at warm-up: rows that finish stay in the batch
-                # (dropping them compiles a program per cache length and
-                # row count met mid-search, which a warm-up cannot foresee).
-                # torch runs eagerly, compiles nothing: dropping saves work.
                 translator = Translator(
-                    self.run.model,
-                    self.tokenizer,
-                    settings,
-                    batch_size=self.batch_size,
-                    drop_finished=keras.backend.backend() == "torch",
+                    self.run.model, self.tokenizer, settings, batch_size=self.batch_size
                 )
             self._translators[settings] = translator
             while len(self._translators) > self.kept_translators:

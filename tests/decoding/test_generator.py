@@ -497,3 +497,30 @@ def test_allow_unk_lets_the_search_generate_unk(reserved_model):
     sequences, _ = generator(SOURCE[:2])
     assert (sequences == UNK_ID).any()
     assert not np.isin(sequences[sequences != PAD_ID], [BOS_ID]).any()
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() == "torch",
+    reason="torch runs the search eagerly: it compiles no programs to count",
+)
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_warm_up_compiles_every_program_its_batch_shape_can_run(beam_size):
+    """After `warm_up` on (6, 24) ids, searches of that shape whose rows
+    finish at different steps (caches growing, the batch shrinking to 2,
+    then 1, or at once to 1) compile nothing more."""
+    from keras_transformer.decoding.compile import compilations
+    from tests.helpers import no_eos_model
+
+    generator = SequenceGenerator(
+        no_eos_model(40), beam_size=beam_size, max_extra_length=40
+    )
+    generator.warm_up(np.full((6, 24), 9, np.int32))
+    warm = compilations()
+    rng = np.random.default_rng(0)
+    # Without EOS each row runs to its own limit, source length + 40.
+    for lengths in ([1, 2, 3, 4, 20, 24], [24, 1, 1, 1, 1, 1], [5, 24, 9, 1, 24, 2]):
+        ids = np.zeros((6, 24), np.int32)
+        for row, length in enumerate(lengths):
+            ids[row, :length] = rng.integers(4, 40, size=length)
+        generator(ids)
+    assert compilations() == warm > 0
