@@ -21,8 +21,23 @@ bounded.
 `--sweep` instead measures the batching flags (max batch size x max wait)
 at 1 and 32 clients, for choosing their defaults.
 
+`--operations` instead measures what an operator meets, per engine, on one
+server with default flags (and `--warmup-tokens`): the seconds from the
+process's start to the address line and to `/readyz` 200 (polled every
+0.1 s), with the server's own warm-up seconds and compilations
+(`/metrics`); a closed loop of `--clients` (one count, default 8) for
+`--window` seconds right after ready, then a second window as long, each
+with the programs compiled while serving; then an open loop at twice the
+second window's rate for `--overload-seconds` in which `--abandon-share`
+of the requests (a seeded draw) are sent on a raw socket that is closed
+0.2 s later, unread: the staying clients' throughput, 503 share and p99,
+and the texts decoded for clients who had left (`/healthz`'s decoded
+texts less those answered to the staying clients) beside those dropped.
+
     KERAS_BACKEND=tensorflow python benchmarks/serving_load.py \\
         --run-dir runs/m30k-small --source test_2016_flickr.en.gz [--write]
+
+The server is used once `/readyz` answers 200 (it listens while it warms up).
 
 Sentences: Multi30k test2016, the first `--sentences`, cycled.
 """
@@ -34,7 +49,9 @@ import gzip
 import http.client
 import json
 import os
+import random
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -51,22 +68,34 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Server:
-    """`keras-transformer serve` with `flags` on a free port."""
+    """`keras-transformer serve` with `flags` on a free port, returned once
+    ready; `listening_s` and `ready_s` are the seconds from the process's
+    start to its address line and to `/readyz` 200."""
 
     def __init__(self, run_dir: str, engine: str, flags: list[str]):
         command = [sys.executable, "-m", "keras_transformer", "serve"]
         command += ["--run-dir", run_dir, "--engine", engine, "--port", "0", *flags]
         self.log_path = Path(tempfile.mkstemp(prefix="serving_load-", suffix=".log")[1])
         self.log = open(self.log_path, "wb")  # Closed in stop().
+        start = time.perf_counter()
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT
         )
         line = self.process.stdout.readline().decode()
+        self.listening_s = time.perf_counter() - start
         found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
         if not found:
-            tail = self.log_path.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"serve did not start: {line!r}\n{tail}")
+            self.fail(f"serve did not start: {line!r}")
         self.port = int(found.group(1))
+        while get(self.port, "/readyz")[0] != 200:  # 503 while warming up
+            if self.process.poll() is not None:
+                self.fail("serve exited before it was ready")
+            time.sleep(0.1)
+        self.ready_s = time.perf_counter() - start
+
+    def fail(self, message: str):
+        tail = self.log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{message}\n{tail}")
 
     def peak_rss_mb(self) -> float:
         status = Path(f"/proc/{self.process.pid}/status").read_text()
@@ -79,13 +108,45 @@ class Server:
         self.log_path.unlink()
 
 
+def get(port: int, path: str) -> tuple[int, bytes]:
+    """(status, body) of GET `path`."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request("GET", path)
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
+def healthz(port: int) -> dict:
+    """Texts queued and decoding now; batches, texts decoded and texts
+    dropped so far."""
+    return json.loads(get(port, "/healthz")[1])
+
+
 def batching_stats(port: int) -> tuple[int, int]:
     """(batches, texts) the server has decoded so far."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    connection.request("GET", "/healthz")
-    stats = json.loads(connection.getresponse().read())
-    connection.close()
+    stats = healthz(port)
     return stats["batches"], stats["texts"]
+
+
+def server_metrics(port: int) -> dict[tuple, float]:
+    """The samples of `/metrics`: (name, sorted labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = get(port, "/metrics")[1].decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric(samples: dict[tuple, float], name: str, **labels) -> float:
+    """`keras_transformer_<name>{labels}`; 0 where it has no sample yet."""
+    key = (f"keras_transformer_{name}", tuple(sorted(labels.items())))
+    return samples.get(key, 0.0)
 
 
 def post(connection: http.client.HTTPConnection, texts: list[str]) -> int:
@@ -288,6 +349,218 @@ def measure(args, sentences) -> list[str]:
     return lines + [""] + overload
 
 
+def leave_early(port: int, text: str, after: float) -> str:
+    """POST `text` on a raw socket and close it `after` s later without
+    reading the answer; returns what had come back by then (a peek, which
+    leaves it unread): "200", "503", ... or "none"."""
+    body = json.dumps({"texts": [text]}).encode()
+    head = (
+        f"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    try:
+        sock.sendall(head.encode() + body)
+        time.sleep(after)
+        sock.setblocking(False)  # A socket with a timeout would wait in recv.
+        try:
+            early = sock.recv(64, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            early = b""
+    finally:
+        sock.close()
+    found = re.match(rb"HTTP/1\.[01] (\d{3})", early)
+    return found.group(1).decode() if found else "none"
+
+
+def open_loop_abandoning(port, sentences, rate, seconds, share, seed, after=0.2):
+    """`open_loop` where `share` of the requests (drawn with `seed`) are
+    sent by clients who leave `after` s later, unread."""
+    total = int(rate * seconds)
+    leaving = set(random.Random(seed).sample(range(total), round(share * total)))
+    lock = threading.Lock()
+    state = {"next": 0, "latencies": [], "refused": 0, "errors": 0, "late": 0.0}
+    early: dict[str, int] = {}  # What the leaving clients had back when they left.
+    start = time.monotonic() + 0.5
+
+    def sender():
+        while True:
+            with lock:
+                index = state["next"]
+                state["next"] += 1
+            if index >= total:
+                return
+            due = start + index / rate
+            time.sleep(max(0.0, due - time.monotonic()))
+            began = time.perf_counter()
+            with lock:
+                state["late"] = max(state["late"], time.monotonic() - due)
+            text = sentences[index % len(sentences)]
+            if index in leaving:
+                try:
+                    seen = leave_early(port, text, after)
+                except OSError:
+                    seen = "error"
+                with lock:
+                    early[seen] = early.get(seen, 0) + 1
+                continue
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            try:
+                status = post(connection, [text])
+            except (OSError, http.client.HTTPException):
+                status = None
+            finally:
+                connection.close()
+            with lock:
+                if status == 200:
+                    state["latencies"].append(time.perf_counter() - began)
+                elif status == 503:
+                    state["refused"] += 1
+                else:
+                    state["errors"] += 1
+
+    threads = [threading.Thread(target=sender) for _ in range(min(total, 600))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    row = summary(state["latencies"], state["errors"], seconds)
+    staying = total - len(leaving)
+    row.update(
+        offered=total,
+        leaving=len(leaving),
+        early=early,
+        refused=state["refused"],
+        refused_share=state["refused"] / max(staying, 1),
+        late_ms=1000 * state["late"],
+    )
+    return row
+
+
+def wait_idle(port: int, timeout: float = 300) -> dict:
+    """`/healthz` once nothing is queued or decoding (its counters final)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = healthz(port)
+        if stats["queued"] == stats["decoding"] == 0 or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.1)
+
+
+def token_counts(run_dir: str, sentences: list[str]) -> list[int]:
+    """Subword tokens of each sentence with the run's tokenizer, as the
+    server counts them (in a child: the tokenizer's import loads Keras)."""
+    script = (
+        "import json, sys\n"
+        "from keras_transformer.run.directory import RunDirectory\n"
+        "tokenizer = RunDirectory(sys.argv[1]).load_tokenizer()\n"
+        "texts = json.load(sys.stdin)\n"
+        "print(json.dumps([len(ids) for ids in tokenizer.encode(texts)]))\n"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    child = subprocess.run(
+        [sys.executable, "-c", script, run_dir],
+        input=json.dumps(sentences),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    return json.loads(child.stdout.splitlines()[-1])
+
+
+def operations(args, sentences) -> list[str]:
+    clients = args.clients[0] if args.clients else 8
+    longest = token_counts(args.run_dir, sentences)
+    over = sum(count > args.warmup_tokens for count in longest)
+    tokens = f"{args.warmup_tokens} ({over} of {len(sentences)} over it)"
+    print(f"longest sentence {max(longest)} tokens; {tokens}", flush=True)
+    ready = [
+        "| engine | start to address line s | start to /readyz 200 s "
+        "| warm-up s (server) | warm-up compilations |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    windows = [
+        "| engine | window after ready | clients | sentences/s | p50 ms | p99 ms "
+        "| errors | serving compilations so far | --warmup-tokens (sentences over it) "
+        "| load avg |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    overload = [
+        "| engine | offered/s (2x capacity) | leaving | served/s (staying, 200) "
+        "| 503 share (staying) | p99 ms (staying, 200) | leaving: answer back "
+        "before they left | texts decoded for leavers (answered before they left) "
+        "| dropped texts | disconnects | errors | load avg |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    flags = ["--warmup-tokens", str(args.warmup_tokens), *args.serve_flag]
+    for engine in args.engines:
+        server = Server(args.run_dir, engine, flags)
+        try:
+            samples = server_metrics(server.port)
+            cells = [engine, f"{server.listening_s:.1f}", f"{server.ready_s:.1f}"]
+            cells += [f"{metric(samples, 'warmup_seconds'):.1f}"]
+            cells += [f"{metric(samples, 'compilations_total', phase='warmup'):.0f}"]
+            ready.append("| " + " | ".join(cells) + " |")
+            print(ready[-1], flush=True)
+
+            window = args.window
+            for number in (1, 2):
+                row = closed_loop(server.port, sentences, clients, 10**9, window)
+                samples = server_metrics(server.port)
+                compiled = metric(samples, "compilations_total", phase="serving")
+                span = f"{(number - 1) * window:.0f}-{number * window:.0f} s"
+                cells = [engine, span, clients, f"{row['per_second']:.1f}"]
+                cells += [f"{row[p]:,.0f}" for p in ("p50", "p99")]
+                cells += [row["errors"], f"{compiled:.0f}", tokens]
+                cells += [f"{os.getloadavg()[0]:.1f}"]
+                windows.append("| " + " | ".join(map(str, cells)) + " |")
+                print(windows[-1], flush=True)
+            capacity = row["per_second"]
+
+            before, samples = wait_idle(server.port), server_metrics(server.port)
+            row = open_loop_abandoning(
+                server.port,
+                sentences,
+                2 * capacity,
+                args.overload_seconds,
+                args.abandon_share,
+                args.seed,
+            )
+            after, later = wait_idle(server.port), server_metrics(server.port)
+            decoded = after["texts"] - before["texts"]
+            answered_early = row["early"].get("200", 0)
+            wasted = decoded - row["answered"]  # One text per request.
+            dropped = after["dropped"] - before["dropped"]
+            counted = metric(later, "dropped_texts_total") - metric(
+                samples, "dropped_texts_total"
+            )
+            gone = metric(later, "disconnects_total") - metric(
+                samples, "disconnects_total"
+            )
+            translated = metric(later, "texts_translated_total") - metric(
+                samples, "texts_translated_total"
+            )
+            early = ", ".join(f"{k}: {v}" for k, v in sorted(row["early"].items()))
+            share = f"{100 * args.abandon_share:.0f}% ({row['leaving']})"
+            cells = [engine, f"{2 * capacity:.1f}", share, f"{row['per_second']:.1f}"]
+            cells += [f"{100 * row['refused_share']:.0f}%", f"{row['p99']:,.0f}"]
+            cells += [early, f"{wasted} ({answered_early})", f"{counted:.0f}"]
+            cells += [f"{gone:.0f}", row["errors"], f"{os.getloadavg()[0]:.1f}"]
+            overload.append("| " + " | ".join(map(str, cells)) + " |")
+            print(
+                overload[-1],
+                f"(offered {row['offered']}; decoded {decoded}; texts_translated "
+                f"{translated:.0f}; /healthz dropped {dropped}; senders at most "
+                f"{row['late_ms']:.0f} ms late)",
+                flush=True,
+            )
+        finally:
+            server.stop()
+    return ready + [""] + windows + [""] + overload
+
+
 def sweep(args, sentences) -> list[str]:
     lines = [
         "| engine | max batch size | max wait ms | clients | sentences/s "
@@ -325,7 +598,9 @@ def main() -> None:
     parser.add_argument("--source", required=True, help="Multi30k test2016 .en(.gz)")
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--engines", nargs="+", default=["keras", "ctranslate2"])
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 32])
+    parser.add_argument(
+        "--clients", type=int, nargs="+", help="default 1 32; --operations: one, 8"
+    )
     parser.add_argument("--requests", type=int, default=320, help="per client count")
     parser.add_argument("--seconds", type=float, default=90, help="per client count")
     parser.add_argument("--overload-seconds", type=float, default=30)
@@ -335,19 +610,44 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--sweep-batch", type=int, nargs="+", default=[8, 32, 64])
     parser.add_argument("--sweep-wait", type=float, nargs="+", default=[0, 10, 30])
+    parser.add_argument("--operations", action="store_true")
+    parser.add_argument("--window", type=float, default=60, help="--operations")
+    parser.add_argument("--warmup-tokens", type=int, default=64, help="--operations")
+    parser.add_argument("--abandon-share", type=float, default=0.3)
+    parser.add_argument("--seed", type=int, default=0, help="who abandons")
     parser.add_argument("--write", action="store_true", help="into docs/benchmarks.md")
     args = parser.parse_args()
+    if args.operations and args.clients and len(args.clients) > 1:
+        parser.error("--operations takes one --clients count")
+    if not args.operations:
+        args.clients = args.clients or [1, 32]
 
     sentences = read_sentences(args.source, args.sentences)
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
-    lines = sweep(args, sentences) if args.sweep else measure(args, sentences)
-    title = "HTTP serving: batching flags" if args.sweep else "HTTP serving under load"
+    if args.operations:
+        lines = operations(args, sentences)
+        title = "HTTP serving: operations"
+        setup = (
+            f"{len(sentences)} Multi30k test2016 sentences, one per request; "
+            f"{args.clients[0] if args.clients else 8} clients for two windows of "
+            f"{args.window:.0f} s from ready; then {args.overload_seconds:.0f} s "
+            f"open loop at twice the second window's rate, "
+            f"{100 * args.abandon_share:.0f}% of requests (seed {args.seed}) from "
+            "clients who close the connection 0.2 s after sending, unread"
+        )
+    else:
+        lines = sweep(args, sentences) if args.sweep else measure(args, sentences)
+        title = (
+            "HTTP serving: batching flags" if args.sweep else "HTTP serving under load"
+        )
+        setup = (
+            f"{len(sentences)} Multi30k test2016 sentences, one per request; "
+            f"up to {args.requests} requests or {args.seconds:.0f} s per row"
+        )
     text = "\n".join(
         [
             f"{machine_line()}; Keras engine on {backend}; run {args.run_dir}; "
-            f"{len(sentences)} Multi30k test2016 sentences, one per request; "
-            f"up to {args.requests} requests or {args.seconds:.0f} s per row; "
-            f"serve flags: {' '.join(args.serve_flag) or 'defaults'}.",
+            f"{setup}; serve flags: {' '.join(args.serve_flag) or 'defaults'}.",
             "",
             *lines,
         ]
