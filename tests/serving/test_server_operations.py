@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import socket
 import statistics
-import threading
 import time
 
 import pytest
@@ -124,47 +123,6 @@ def test_metrics_count_the_requests_sent(server):
     seconds = "keras_transformer_request_seconds_count"
     assert grew(seconds, route="/v1/translate") == 3
     assert grew("keras_transformer_texts_translated_total") == 3
-
-
-def test_abandoned_requests_are_not_decoded(server):
-    """One worker, batches of 1: a request of 6 texts holds the worker while
-    8 clients send a text each and leave after 0.3 s. Their texts still
-    waiting are dropped: every text sent is either decoded or dropped."""
-    server.wait_ready(600)
-    before = server.get("/healthz").json()
-    dropped = metric(server, "keras_transformer_dropped_texts_total")
-    # Over the warm-up's 32 tokens: the first batch compiles (not on torch).
-    long = "the old man likes the garden near the river"
-    blocker = threading.Thread(
-        target=server.translate, args=([long] * 6,), kwargs={"beam_size": 4}
-    )
-    blocker.start()
-    time.sleep(0.2)
-    leavers = []
-    for _ in range(8):
-        body = json.dumps({"texts": [long], "beam_size": 4}).encode()
-        leaver = socket.create_connection(("127.0.0.1", server.port))
-        head = (
-            f"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
-        leaver.sendall(head.encode() + body)
-        leavers.append(leaver)
-    time.sleep(0.3)
-    for leaver in leavers:
-        leaver.close()
-    blocker.join(300)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        stats = server.get("/healthz").json()
-        if stats["queued"] == stats["decoding"] == 0:
-            break
-        time.sleep(0.1)
-    decoded = stats["texts"] - before["texts"]
-    gone = metric(server, "keras_transformer_dropped_texts_total") - dropped
-    assert gone >= 4, (decoded, gone)  # Most left while the blocker decoded.
-    assert decoded + gone == 6 + 8
-    assert metric(server, "keras_transformer_disconnects_total") >= gone
 
 
 def raw(server, data: bytes, wait: float = 0.0) -> tuple[int, dict, float]:
@@ -304,39 +262,94 @@ def test_a_document_is_split_translated_as_sentences_and_rejoined(server):
     assert "(--max-text-tokens)" in too_long.error()[1]
 
 
-def test_a_bearer_token_and_json_logs(run_dir, tmp_path):
-    key = tmp_path / "key"
-    key.write_text("k" * 32 + "\n")
-    log = tmp_path / "server.log"
+KEY = "k" * 32
+
+
+@pytest.fixture(scope="module")
+def patient_server(run_dir, tmp_path_factory):
+    """A server with a key, JSON logs, and batches that wait 3 s for a 4th
+    text: a lone request's text stays queued that long."""
+    folder = tmp_path_factory.mktemp("patient")
+    (folder / "key").write_text(KEY + "\n")
     process = ServerProcess(
         ["--run-dir", str(run_dir), "--beam-size", "1", "--warmup-tokens", "8",
-         "--max-extra-length", "2", "--api-key-file", str(key),
-         "--log-format", "json"],
-        log,
+         "--max-extra-length", "2", "--api-key-file", str(folder / "key"),
+         "--log-format", "json", "--max-batch-size", "4", "--max-wait-ms",
+         "3000"],
+        folder / "server.log",
     )  # fmt: skip
-    try:
-        body = json.dumps({"texts": ["a dog."]}).encode()
-        headers = {"Content-Type": "application/json", "X-Request-ID": "req-7"}
-        missing = process.request("POST", "/v1/translate", body, headers)
-        assert missing.status == 401 and missing.error()[0] == "Authorization"
-        assert "bearer" in missing.headers["www-authenticate"].lower()
-        wrong = process.request(
-            "POST", "/v1/translate", body, {**headers, "Authorization": "Bearer x"}
+    yield process
+    process.stop()
+
+
+def test_abandoned_requests_are_not_decoded(patient_server):
+    """Three clients send a text each and leave after 0.3 s, while their
+    batch waits for a fourth: their texts are dropped, none decoded."""
+    server = patient_server
+    authorized = {"Authorization": f"Bearer {KEY}"}
+    before = server.request("GET", "/healthz").json()
+    leavers = []
+    for _ in range(3):
+        body = json.dumps({"texts": ["a dog runs."]}).encode()
+        leaver = socket.create_connection(("127.0.0.1", server.port))
+        head = (
+            f"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {KEY}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         )
-        assert wrong.status == 401
-        good = process.request(
-            "POST",
-            "/v1/translate",
-            body,
-            {**headers, "Authorization": f"Bearer {'k' * 32}"},
-        )
-        assert good.status == 200 and good.headers["x-request-id"] == "req-7"
-        assert process.get("/readyz").status == 200  # Probes need no key.
-    finally:
-        assert process.stop() == 0
-    lines = [
-        json.loads(line) for line in log.read_text().splitlines() if '"req-7"' in line
-    ]
+        leaver.sendall(head.encode() + body)
+        leavers.append(leaver)
+    time.sleep(0.3)
+    for leaver in leavers:
+        leaver.close()
+    time.sleep(0.5)  # The server notices (well within the batch's 3 s).
+    stats = server.request("GET", "/healthz").json()
+    assert stats["dropped"] - before["dropped"] == 3
+    assert stats["queued"] == 0
+    answer = server.request(
+        "POST",
+        "/v1/translate",
+        json.dumps({"texts": ["a dog runs."]}).encode(),
+        {"Content-Type": "application/json", **authorized},
+    )
+    assert answer.status == 200  # Alone after its 3 s wait: one batch, one text.
+    after = server.request("GET", "/healthz").json()
+    assert after["texts"] - before["texts"] == 1
+    samples = metrics_with(server, authorized)
+    assert samples[("keras_transformer_dropped_texts_total", ())] == 3
+    assert samples[("keras_transformer_disconnects_total", ())] == 3
+
+
+def metrics_with(server, headers) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    answer = server.request("GET", "/metrics", headers=headers)
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(answer.body.decode())
+        for sample in family.samples
+    }
+
+
+def test_a_bearer_token_and_json_logs(patient_server):
+    process = patient_server
+    body = json.dumps({"texts": ["a dog."] * 4}).encode()  # A full batch.
+    headers = {"Content-Type": "application/json", "X-Request-ID": "req-7"}
+    missing = process.request("POST", "/v1/translate", body, headers)
+    assert missing.status == 401 and missing.error()[0] == "Authorization"
+    assert "bearer" in missing.headers["www-authenticate"].lower()
+    wrong = process.request(
+        "POST", "/v1/translate", body, {**headers, "Authorization": "Bearer x"}
+    )
+    assert wrong.status == 401
+    good = process.request(
+        "POST", "/v1/translate", body, {**headers, "Authorization": f"Bearer {KEY}"}
+    )
+    assert good.status == 200 and good.headers["x-request-id"] == "req-7"
+    assert process.get("/readyz").status == 200  # Probes need no key.
+    assert process.stop() == 0
+    log = process.log.read_text()
+    lines = [json.loads(line) for line in log.splitlines() if '"req-7"' in line]
     ok = [line for line in lines if line.get("status") == 200]
-    assert len(ok) == 1 and ok[0]["texts"] == 1 and ok[0]["tokens"] > 0
+    assert len(ok) == 1 and ok[0]["texts"] == 4 and ok[0]["tokens"] > 0
     assert ok[0]["engine"] == "keras" and ok[0]["milliseconds"] > 0
