@@ -33,6 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from keras_transformer.decoding.compile import compilations
 from keras_transformer.decoding.settings import SearchSettings
@@ -80,6 +81,7 @@ class Serving:
     language: str = "en"  # Of the sources, for splitting documents.
     warmup_tokens: int = 64
     ready: bool = False
+    stopping: bool = False  # Shutting down: the warm-up ends early.
     warmup_seconds: float | None = None
     warmup_error: str | None = None
     _compiled: int = 0  # Compilations counted in the metrics so far.
@@ -88,7 +90,11 @@ class Serving:
         """Compile every allowed search (on a worker thread), then ready."""
         start = time.perf_counter()
         before = compilations()
-        searches = self.engine.warm_up(self.allowed, self.warmup_tokens)
+        searches = self.engine.warm_up(
+            self.allowed, self.warmup_tokens, lambda: self.stopping
+        )
+        if self.stopping:
+            return
         self.warmup_seconds = round(time.perf_counter() - start, 2)
         self._compiled = compilations()
         self.metrics.compiled("warmup", self._compiled - before)
@@ -108,8 +114,9 @@ class Serving:
         if self.ready and now > self._compiled:
             self.metrics.compiled("serving", now - self._compiled)
             log.warning(
-                "compiled %d program(s) while serving: a source longer than the "
-                "warm-up's %d tokens, or a longer output (raise --warmup-tokens)",
+                "compiled %d program(s) while serving: a shape the warm-up did not "
+                "reach (a source over --warmup-tokens %d, or /v1/attention, "
+                "compiled per pair of lengths)",
                 now - self._compiled,
                 self.warmup_tokens,
             )
@@ -126,6 +133,7 @@ def create_app(serving: Serving) -> FastAPI:
         warming.add_done_callback(lambda future: _warm_up_failed(serving, future))
         yield
         # uvicorn gets here after the requests in flight were answered.
+        serving.stopping = True
         serving.batcher.stop()
 
     app = FastAPI(
@@ -182,6 +190,9 @@ def _add_status(app: FastAPI, serving: Serving) -> None:
 
     @app.api_route("/healthz", methods=["GET", "HEAD"])
     def healthz() -> dict[str, Any]:
+        if serving.warmup_error is not None:  # Never ready: restart it.
+            message = f"The warm-up failed: {serving.warmup_error}."
+            raise RequestError(503, None, message)
         return {"status": "ok", **serving.batcher.stats()}
 
     @app.api_route("/readyz", methods=["GET", "HEAD"])
@@ -347,6 +358,7 @@ async def _decode(request: Request, serving: Serving, future, start: float):
         request.state.disconnected = True
         serving.metrics.dropped_texts(dropped)
         raise RequestError(CLIENT_GONE, None, "The client closed the connection.")
+    serving.metrics.dropped_texts(dropped)
     raise RequestError(
         504,
         None,
@@ -456,10 +468,15 @@ async def _read_body(request: Request, limit: int) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _body_too_large(f"{int(declared):,} bytes", limit)
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise _body_too_large(f"more than {limit:,} bytes", limit)
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise _body_too_large(f"more than {limit:,} bytes", limit)
+    except ClientDisconnect:  # The client left before its body was whole.
+        request.state.disconnected = True
+        message = "The client closed the connection."
+        raise RequestError(CLIENT_GONE, None, message) from None
     return bytes(body)
 
 
@@ -469,6 +486,7 @@ def _body_too_large(size: str, limit: int) -> RequestError:
         "body",
         f"The body has {size}; the limit is {limit:,} bytes (from --max-texts, "
         "--max-text-chars and --max-document-chars).",
+        {"Connection": "close"},  # Not worth reading the rest of it.
     )
 
 

@@ -84,7 +84,9 @@ class Engine:
                 raise ValueError(f"--allowed-beam-sizes: {error.message}") from None
         return allowed
 
-    def warm_up(self, allowed: AllowedSettings, max_tokens: int) -> int:
+    def warm_up(
+        self, allowed: AllowedSettings, max_tokens: int, stop=lambda: False
+    ) -> int:
         """Search once with each allowed setting, for each batch size and
         source length the engine compiles a program for, sources up to
         `max_tokens` tokens; returns the batch shapes run. Called on a worker
@@ -93,6 +95,8 @@ class Engine:
         for beam_size, alpha in allowed.combinations():
             settings = self.settings.replace(beam_size=beam_size, alpha=alpha)
             for rows, tokens in self.warm_up_shapes(max_tokens):
+                if stop():  # Shutting down.
+                    return searches
                 self.translate(self._warm_up_texts(rows, tokens), settings)
                 searches += 1
         return searches
@@ -173,7 +177,9 @@ class KerasEngine(Engine):
             lambda s, t: model.attention_weights(s, t)["cross_attention"], model
         )
 
-    def warm_up(self, allowed: AllowedSettings, max_tokens: int) -> int:
+    def warm_up(
+        self, allowed: AllowedSettings, max_tokens: int, stop=lambda: False
+    ) -> int:
         """Every program of every allowed search: for each batch size the
         `Translator` pads to and each source length up to `max_tokens`
         (padded to multiples of 8), `SequenceGenerator.warm_up` compiles the
@@ -188,6 +194,8 @@ class KerasEngine(Engine):
             settings = self.settings.replace(beam_size=beam_size, alpha=alpha)
             generator = self._translator(settings).generator
             for rows, tokens in shapes:
+                if stop():  # Shutting down: SIGTERM need not wait for it.
+                    return 0
                 generator.warm_up(np.full((rows, tokens), token, np.int32))
         return len(shapes) * len(combinations)
 

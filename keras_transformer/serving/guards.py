@@ -19,6 +19,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse, Response
+
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # Probes an orchestrator calls without credentials.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -44,8 +47,12 @@ def read_api_key(path: str | Path) -> str:
 
 
 def _host_name(value: str) -> str:
-    """'127.0.0.1:8080' -> '127.0.0.1'; '[::1]:80' -> '::1'."""
-    return (urlsplit(f"//{value}").hostname or "").lower()
+    """'127.0.0.1:8080' -> '127.0.0.1'; '[::1]:80' -> '::1'; '' for what
+    is not a host (a client's header: '[::1' must not raise)."""
+    try:
+        return (urlsplit(f"//{value}").hostname or "").lower()
+    except ValueError:
+        return ""
 
 
 class Guard:
@@ -54,9 +61,12 @@ class Guard:
 
     Args:
         app: the ASGI application to guard.
-        loopback_only: refuse Host headers that are not loopback names.
+        loopback_only: refuse Host headers that are not loopback names
+            (or `host`). A request without one (HTTP/1.0: a probe) passes:
+            browsers always send it.
         cors_origins: origins a browser may call from (`--cors-origin`).
         api_key: the bearer token, or None (no authentication).
+        host: the name the server was started on (`--host`), allowed too.
     """
 
     def __init__(
@@ -66,8 +76,10 @@ class Guard:
         loopback_only: bool,
         cors_origins: Iterable[str] = (),
         api_key: str | None = None,
+        host: str = "127.0.0.1",
     ):
         self.app = app
+        self.names = LOOPBACK_NAMES | {host.strip("[]").lower()}
         self.loopback_only = loopback_only
         self.cors_origins = frozenset(o.rstrip("/") for o in cors_origins)
         self.api_key = api_key
@@ -102,15 +114,16 @@ class Guard:
     def _refusal(self, scope, headers: dict[str, str]):
         """(status, field, message, headers) of a refused request, or None."""
         if self.loopback_only:
-            host = headers.get("host", "")
-            if _host_name(host) not in LOOPBACK_NAMES:
+            host = headers.get("host")
+            if host is not None and _host_name(host) not in self.names:
                 return (
                     403,
                     "Host",
                     f"Host {host!r} is not a loopback name: this server listens "
                     "on a loopback address and answers only requests for "
-                    "localhost, 127.0.0.1 or [::1] (a page that made its own "
-                    "name point here is refused).",
+                    "localhost, 127.0.0.1, [::1] or its --host (a page that made "
+                    "its own name point here is refused; a proxy on this "
+                    "machine must forward Host as one of those).",
                     {},
                 )
             origin = headers.get("origin")
@@ -122,7 +135,12 @@ class Guard:
                     f"--cors-origin {origin} to allow it.",
                     {},
                 )
-        if self.api_key is not None and scope["path"] not in OPEN_PATHS:
+        preflight = scope["method"] == "OPTIONS"  # Browsers send no token.
+        if (
+            self.api_key is not None
+            and scope["path"] not in OPEN_PATHS
+            and not preflight
+        ):
             given = headers.get("authorization", "")
             scheme, _, token = given.partition(" ")
             expected = self.api_key.encode()
@@ -142,4 +160,28 @@ class Guard:
     def _origin_allowed(self, origin: str) -> bool:
         if origin.rstrip("/") in self.cors_origins:
             return True
-        return _host_name(urlsplit(origin).netloc) in LOOPBACK_NAMES
+        try:
+            netloc = urlsplit(origin).netloc
+        except ValueError:
+            return False
+        return _host_name(netloc) in self.names
+
+
+class JsonCors(CORSMiddleware):
+    """Starlette's CORS middleware, whose refused preflight (a plain-text
+    400) is the server's one error shape instead."""
+
+    def preflight_response(self, request_headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code < 400:
+            return response
+        message = response.body.decode("utf-8", "replace")  # "Disallowed CORS origin"
+        if "origin" in message:
+            field = "Origin"
+            message += f" {request_headers.get('origin')!r}: serve with --cors-origin."
+        elif "method" in message:
+            field = "Access-Control-Request-Method"
+        else:
+            field = "Access-Control-Request-Headers"
+        body = {"error": {"field": field, "message": message}}
+        return JSONResponse(body, status_code=response.status_code)

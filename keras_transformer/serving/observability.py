@@ -50,8 +50,7 @@ UNMATCHED = "unmatched"
 # nothing (nginx's "client closed request").
 CLIENT_CLOSED = 499
 
-# From a cached /healthz (1 ms) to a long document in beam search (the
-# default --max-request-seconds is far below 120 s).
+# From a cached /healthz (1 ms) to --max-request-s (120 s by default).
 REQUEST_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,

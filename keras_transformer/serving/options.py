@@ -170,8 +170,10 @@ class AllowedSettings:
     def require(self, beam_size: int, alpha: float) -> None:
         """Refuse lists without the server's own settings, which a request
         that names neither uses."""
+        # A request for a beam without an alpha searches with the server's.
+        beam_search = beam_size > 1 or max(self.beam_sizes) > 1
         if beam_size not in self.beam_sizes or (
-            beam_size > 1 and alpha not in self.alphas
+            beam_search and alpha not in self.alphas
         ):
             raise ValueError(
                 f"--allowed-beam-sizes {_listed(self.beam_sizes)} and "

@@ -168,7 +168,7 @@ def serve(
             engine, run_dir, settings, options, policy, model, export_dir, scratch
         )
         serving.language = language
-        app = _guarded(serving, policy, api_key, is_loopback(host))
+        app = _guarded(serving, policy, api_key, host)
         try:
             _serve_on(app, bind(host, port), host, serving.engine.name, options)
         finally:
@@ -222,19 +222,25 @@ def _open(engine_name, run_dir, settings, options, policy, model, export_dir, sc
     )
 
 
-def _guarded(serving, policy: HttpPolicy, api_key, loopback: bool):
+def _guarded(serving, policy: HttpPolicy, api_key, host: str):
     """The application inside its middleware: the request log outermost
-    (it sees every answer, refusals included), then the Host/Origin and
-    token checks, then CORS."""
-    from starlette.middleware.cors import CORSMiddleware
-
+    (it sees every answer, refusals included), then CORS (a preflight is
+    answered before the token check, which browsers send it without; the
+    Host/Origin and token refusals carry its headers, so a page can read
+    them), then the Host/Origin and token checks."""
     from keras_transformer.serving.app import create_app
-    from keras_transformer.serving.guards import Guard
+    from keras_transformer.serving.guards import Guard, JsonCors
     from keras_transformer.serving.observability import RequestLog
 
-    app = create_app(serving)
+    app = Guard(
+        create_app(serving),
+        loopback_only=is_loopback(host),
+        cors_origins=policy.cors_origins,
+        api_key=api_key,
+        host=host,
+    )
     if policy.cors_origins:
-        app = CORSMiddleware(
+        app = JsonCors(
             app,
             allow_origins=list(policy.cors_origins),
             allow_methods=["GET", "HEAD", "POST"],
@@ -242,12 +248,6 @@ def _guarded(serving, policy: HttpPolicy, api_key, loopback: bool):
             expose_headers=["X-Request-ID", "Retry-After"],
             max_age=600,
         )
-    app = Guard(
-        app,
-        loopback_only=loopback,
-        cors_origins=policy.cors_origins,
-        api_key=api_key,
-    )
     return RequestLog(
         app,
         metrics=serving.metrics,

@@ -334,3 +334,26 @@ def test_a_caller_with_its_answer_sees_its_texts_counted_as_decoded():
     wait_until(lambda: seen)
     assert seen[0]["decoding"] == 0 and seen[0]["texts"] == 2
     batcher.stop()
+
+
+def test_an_abandoned_request_leaves_the_queue_and_the_others_are_answered():
+    gate = threading.Event()
+    engine = EchoEngine(gate)
+    sizes = []
+    batcher = Batcher(
+        engine, max_batch_size=2, max_wait_ms=0, max_queue=8, on_batch=sizes.append
+    )
+    first = batcher.submit(["a", "b"], "k")  # Taken by the worker, held.
+    deadline = time.monotonic() + 10
+    while batcher.stats()["decoding"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    gone = batcher.submit(["c", "d", "e"], "k")
+    kept = batcher.submit(["f"], "k")
+    assert batcher.abandon(gone) == 3
+    assert gone.cancelled() and batcher.stats()["dropped"] == 3
+    assert batcher.abandon(first) == 0  # Decoding: finished, unread.
+    gate.set()
+    assert kept.result(10) == ["k:f"]
+    batcher.stop()
+    assert engine.batches == [("k", ["a", "b"]), ("k", ["f"])]
+    assert sizes == [2, 1]

@@ -187,6 +187,17 @@ def test_other_addresses_than_loopback_need_allow_remote():
         (["--allowed-beam-sizes", "0,4"], "0 is not a beam size"),
         (["--allowed-beam-sizes", "1,2"], "must hold the server's own --beam-size 4"),
         (["--allowed-alphas", "1.0"], "own --beam-size 4 and --alpha 0.6"),
+        (  # A request for beam 4 without an alpha would search with 0.6.
+            [
+                "--beam-size",
+                "1",
+                "--allowed-beam-sizes",
+                "1,4",
+                "--allowed-alphas",
+                "1",
+            ],
+            "own --beam-size 1 and --alpha 0.6",
+        ),
         (["--header-timeout-s", "0"], "must be > 0.0"),
         (["--source-language", "english!"], "--source-language"),
         (["--api-key-file", "missing-key"], "--api-key-file missing-key"),

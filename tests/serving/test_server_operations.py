@@ -82,7 +82,7 @@ def test_not_ready_until_warm_then_as_fast_as_later(server):
         times.append(time.perf_counter() - start)
     later = statistics.median(times[3:])
     # The first of each setting was compiled at warm-up: no compile now.
-    assert max(times[:3]) < 3 * later + 0.25, times
+    assert max(times[:3]) < 5 * later + 1.0, times  # A compile takes seconds.
     assert metric(server, "keras_transformer_compilations_total", phase="serving") == 0
     assert (
         metric(server, "keras_transformer_compilations_total", phase="warmup") == warm
@@ -177,15 +177,8 @@ def test_every_error_has_the_one_json_shape(server):
             400,
             "body",
         ),
-        (
-            server.get(
-                "/v1/info",
-            ),
-            200,
-            None,
-        ),
     ]
-    for answer, status, field in cases[:-1]:
+    for answer, status, field in cases:
         assert answer.status == status, answer.body
         assert answer.headers["content-type"] == "application/json"
         assert set(answer.json()) == {"error"}
@@ -199,7 +192,19 @@ def test_head_options_host_origin_and_cors(server):
     server.wait_ready(600)
     for path in ("/healthz", "/readyz", "/v1/info", "/", "/metrics"):
         head = server.request("HEAD", path)
-        assert head.status == 200 and head.body == b"", path
+        assert head.status == 200 and int(head.headers["content-length"]) > 0, path
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(f"HEAD {path} HTTP/1.0\r\n\r\n".encode())
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"\r\n\r\n")
+    for host, status in [("[::1]:80", 200), ("[::1", 403), ("localhost", 200)]:
+        assert (
+            server.request("GET", "/healthz", headers={"Host": host}).status == status
+        )
+    bad_origin = server.request("GET", "/v1/info", headers={"Origin": "http://["})
+    assert bad_origin.status == 403 and bad_origin.error()[0] == "Origin"
     assert server.get("/favicon.ico").status == 200
     options = server.request("OPTIONS", "/v1/translate")
     assert options.status == 204 and options.headers["allow"] == "OPTIONS, POST"
@@ -214,6 +219,15 @@ def test_head_options_host_origin_and_cors(server):
         {"Content-Type": "application/json", "Origin": "https://evil.example"},
     )
     assert foreign.status == 403 and foreign.error()[0] == "Origin"
+    refused = server.request(
+        "OPTIONS",
+        "/v1/translate",
+        headers={
+            "Origin": "http://localhost:3000",
+            "Access-Control-Request-Method": "POST",
+        },
+    )
+    assert refused.status == 400 and refused.error()[0] == "Origin"
     preflight = server.request(
         "OPTIONS",
         "/v1/translate",
@@ -275,7 +289,7 @@ def patient_server(run_dir, tmp_path_factory):
         ["--run-dir", str(run_dir), "--beam-size", "1", "--warmup-tokens", "8",
          "--max-extra-length", "2", "--api-key-file", str(folder / "key"),
          "--log-format", "json", "--max-batch-size", "4", "--max-wait-ms",
-         "3000"],
+         "3000", "--cors-origin", "https://example.org"],
         folder / "server.log",
     )  # fmt: skip
     yield process
@@ -347,6 +361,17 @@ def test_a_bearer_token_and_json_logs(patient_server):
     )
     assert good.status == 200 and good.headers["x-request-id"] == "req-7"
     assert process.get("/readyz").status == 200  # Probes need no key.
+    # A browser's preflight carries no token; the refusal is readable by it.
+    origin = {"Origin": "https://example.org"}
+    preflight = process.request(
+        "OPTIONS",
+        "/v1/translate",
+        headers={**origin, "Access-Control-Request-Method": "POST"},
+    )
+    assert preflight.status == 200
+    refused = process.request("POST", "/v1/translate", body, {**headers, **origin})
+    assert refused.status == 401
+    assert refused.headers["access-control-allow-origin"] == "https://example.org"
     assert process.stop() == 0
     log = process.log.read_text()
     lines = [json.loads(line) for line in log.splitlines() if '"req-7"' in line]
