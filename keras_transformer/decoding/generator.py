@@ -249,14 +249,19 @@ class SequenceGenerator:
         carry = self.advance(carry, stop_step)
         return carry, self.active(carry), *self.result(carry)
 
-    def __call__(self, source_ids):
+    def __call__(self, source_ids, abandoned=None):
+        """(sequences, scores) of (B, S) source ids. `abandoned`: a callable
+        giving (B,) bools, read between segments: rows it marks True (their
+        caller left) stop there, as finished rows do, and their outputs are
+        whatever they had (the whole search, without `drop_finished`,
+        ignores it)."""
         source_ids = np.asarray(source_ids, np.int32)
         if not self.drop_finished:
             sequences, scores = self._run(ops.convert_to_tensor(source_ids))
             return ops.convert_to_numpy(sequences), ops.convert_to_numpy(scores)
-        return self._search_in_segments(source_ids)
+        return self._search_in_segments(source_ids, abandoned)
 
-    def _search_in_segments(self, source_ids):
+    def _search_in_segments(self, source_ids, abandoned=None):
         batch_size = source_ids.shape[0]
         max_length = source_ids.shape[1] + self.max_extra_length
         carry = self._start(ops.convert_to_tensor(source_ids))
@@ -272,6 +277,9 @@ class SequenceGenerator:
             step = int(carry["loop"]["step"])
             if step >= max_length:
                 active[:] = False
+            if abandoned is not None:
+                gone = np.asarray(abandoned(), bool)[np.maximum(rows, 0)]
+                active &= ~(gone & (rows >= 0))
             if sequences is None:
                 sequences = np.zeros((batch_size, *row_sequences.shape[1:]), np.int32)
                 scores = np.zeros((batch_size, *row_scores.shape[1:]), np.float32)

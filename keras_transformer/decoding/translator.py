@@ -79,11 +79,15 @@ class Translator:
     def __call__(self, texts: Sequence[str]) -> list[str]:
         return self.translate(texts)
 
-    def search(self, texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def search(
+        self, texts: Sequence[str], abandoned=None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every hypothesis of the search per text, in input order: (ids
         (k, L) int32, up to and including EOS then PAD; scores (k,)
         float32), best first. A blank text gets (k, 0) ids and zero
-        scores: it is not searched."""
+        scores: it is not searched. `abandoned`: a callable giving a bool
+        per text, read as the search goes: a text it marks True stops
+        being searched (see `SequenceGenerator`), its result unfinished."""
         texts = list(texts)
         encoded = self.tokenizer.encode(texts)
         k = self.settings.beam_size
@@ -102,7 +106,8 @@ class Translator:
             # is not searched as a full batch).
             size = smaller_batch_size(self.batch_size, len(rows))
             rows += [[]] * (size - len(rows))
-            sequences, scores = self.generator(pad_batch(rows))
+            gone = None if abandoned is None else _rows_of(abandoned, chunk, size)
+            sequences, scores = self.generator(pad_batch(rows), gone)
             for row, index in enumerate(chunk):
                 results[index] = (sequences[row], scores[row])
         return results
@@ -115,13 +120,15 @@ class Translator:
         """One translation per input, in input order; "" for a blank input."""
         return self._detokenize(self.translate_ids(texts))
 
-    def nbest(self, texts: Sequence[str]) -> list[list[tuple[str, float]]]:
+    def nbest(
+        self, texts: Sequence[str], abandoned=None
+    ) -> list[list[tuple[str, float]]]:
         """The k hypotheses of the search per text, best first, as
         (translation, score) pairs; the score is what the search ranks by
         (length-normalised log-probability in beam search, total
         log-probability in greedy search). A blank text gets [("", 0.0)];
         a sentence that finished fewer than k hypotheses lists only those."""
-        results = self.search(texts)
+        results = self.search(texts, abandoned)
         flat = [_strip_pad(row) for ids, _ in results for row in ids]
         strings = iter(self._detokenize(flat))
         nbest = []
@@ -163,6 +170,18 @@ class Translator:
         weights["source_tokens"] = [pieces(i) for i in source_ids[0]]
         weights["target_tokens"] = ["<s>"] + [pieces(i) for i in target_ids]
         return weights
+
+
+def _rows_of(abandoned, chunk: list[int], size: int):
+    """`abandoned` (a bool per text) for the `size` rows of a batch holding
+    the texts `chunk` (the padding rows: False)."""
+
+    def gone() -> np.ndarray:
+        flags = np.zeros(size, bool)
+        flags[: len(chunk)] = np.asarray(abandoned(), bool)[chunk]
+        return flags
+
+    return gone
 
 
 def _strip_pad(ids: np.ndarray) -> np.ndarray:

@@ -153,6 +153,8 @@ class Batcher:
             queue behind it waits for it.
         clock: seconds, monotonic (tests pass their own).
         on_batch: called with each decoded batch's size (metrics).
+        cancellable: `run_batch` takes `abandoned=`, a callable giving a
+            bool per text of the batch, True once its caller has left.
     """
 
     def __init__(
@@ -165,6 +167,7 @@ class Batcher:
         workers: int = 1,
         clock: Callable[[], float] = time.monotonic,
         on_batch: Callable[[int], None] | None = None,
+        cancellable: bool = False,
     ):
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be an int >= 1. Received: {workers!r}")
@@ -180,6 +183,7 @@ class Batcher:
         self._seconds_per_text = 0.05  # Refined by every batch (Retry-After).
         self._dropped = 0  # Texts of abandoned requests taken off the queue.
         self._on_batch = on_batch
+        self._cancellable = cancellable
         self._threads = [
             threading.Thread(
                 target=self._work, name=f"keras-transformer-batcher-{n}", daemon=True
@@ -327,7 +331,12 @@ class Batcher:
         try:
             if batch[0].call is not None:
                 return [batch[0].call()]
-            results = list(self._run_batch([i.text for i in batch], batch[0].key))
+            texts, key = [i.text for i in batch], batch[0].key
+            if self._cancellable:
+                gone = _abandoned(batch)
+                results = list(self._run_batch(texts, key, abandoned=gone))
+            else:
+                results = list(self._run_batch(texts, key))
         except Exception as error:
             return error
         if len(results) != len(batch):
@@ -346,3 +355,9 @@ class Batcher:
             return
         for item, result in zip(batch, outcome):
             item.request.fill(item.index, result)
+
+
+def _abandoned(batch: list[Item]) -> Callable[[], list[bool]]:
+    """Whether the caller of each text of `batch` has left, when asked."""
+    futures = [item.request.future for item in batch]
+    return lambda: [future.cancelled() for future in futures]

@@ -66,8 +66,11 @@ class Engine:
             message = str(error).replace("beam_size (--beam-size)", "beam_size")
             raise RequestError(422, "beam_size", message) from None
 
-    def translate(self, texts: Sequence[str], settings: SearchSettings):
-        """Hypotheses per text, best first; a blank text gets [("", 0.0)]."""
+    def translate(self, texts: Sequence[str], settings: SearchSettings, abandoned=None):
+        """Hypotheses per text, best first; a blank text gets [("", 0.0)].
+        `abandoned`: a callable giving a bool per text, True once its
+        caller has left; an engine that can stops searching those texts
+        (the Keras engine, between search segments), the others ignore it."""
         raise NotImplementedError
 
     def allowed(self, asked: AllowedSettings | None) -> AllowedSettings:
@@ -229,8 +232,8 @@ class KerasEngine(Engine):
                 self._translators.popitem(last=False)
             return translator
 
-    def translate(self, texts: Sequence[str], settings: SearchSettings):
-        return self._translator(settings).nbest(texts)
+    def translate(self, texts: Sequence[str], settings: SearchSettings, abandoned=None):
+        return self._translator(settings).nbest(texts, abandoned)
 
     def attention(self, source: str, translation: str) -> dict[str, Any]:
         """Cross-attention of every layer and head, teacher-forced on the
@@ -297,7 +300,7 @@ class CTranslate2Engine(Engine):
         self._ids = {self.tokenizer.id_to_piece(i): i for i in vocab}
         self.check_settings(settings)
 
-    def translate(self, texts: Sequence[str], settings: SearchSettings):
+    def translate(self, texts: Sequence[str], settings: SearchSettings, abandoned=None):
         encoded = self.tokenizer.encode(list(texts))
         rows = [i for i, ids in enumerate(encoded) if ids and texts[i].strip()]
         results: list[Hypotheses] = [[("", 0.0)] for _ in texts]
@@ -395,7 +398,7 @@ class SavedModelEngine(Engine):
             )
         return only
 
-    def translate(self, texts: Sequence[str], settings: SearchSettings):
+    def translate(self, texts: Sequence[str], settings: SearchSettings, abandoned=None):
         found = self.model.nbest(list(texts))
         return [
             real_hypotheses(h) if text.strip() else [("", 0.0)]

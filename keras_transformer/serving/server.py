@@ -210,6 +210,7 @@ def _open(engine_name, run_dir, settings, options, policy, model, export_dir, sc
         max_queue=options.max_queue,
         workers=workers,
         on_batch=metrics.observe_batch,
+        cancellable=True,  # Texts whose client left stop being searched.
     )
     return Serving(
         engine=engine,

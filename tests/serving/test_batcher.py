@@ -357,3 +357,26 @@ def test_an_abandoned_request_leaves_the_queue_and_the_others_are_answered():
     batcher.stop()
     assert engine.batches == [("k", ["a", "b"]), ("k", ["f"])]
     assert sizes == [2, 1]
+
+
+def test_a_cancellable_engine_sees_which_texts_of_its_batch_were_abandoned():
+    gate, seen = threading.Event(), []
+
+    def run_batch(texts, key, abandoned):
+        gate.wait(10)
+        seen.append(abandoned())
+        return list(texts)
+
+    batcher = Batcher(
+        run_batch, max_batch_size=4, max_wait_ms=50, max_queue=8, cancellable=True
+    )
+    gone = batcher.submit(["a", "b"], "k")
+    kept = batcher.submit(["c"], "k")
+    deadline = time.monotonic() + 10
+    while batcher.stats()["decoding"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert batcher.abandon(gone) == 0  # All three decoding already.
+    gate.set()
+    assert kept.result(10) == ["c"]
+    batcher.stop()
+    assert seen == [[True, True, False]]
