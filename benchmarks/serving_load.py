@@ -197,6 +197,34 @@ def closed_loop(port: int, sentences: list[str], clients: int, requests: int, se
     return summary(state["latencies"], state["errors"], elapsed)
 
 
+def _send_and_count(port: int, text: str, began: float, state: dict, lock) -> None:
+    """POST one text on its own connection; count its answer in `state`
+    (latency of a 200, a 503 refusal, or an error)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    try:
+        status = post(connection, [text])
+    except (OSError, http.client.HTTPException):
+        status = None
+    finally:
+        connection.close()
+    with lock:
+        if status == 200:
+            state["latencies"].append(time.perf_counter() - began)
+        elif status == 503:
+            state["refused"] += 1
+        else:
+            state["errors"] += 1
+
+
+def _run_senders(sender, total: int) -> None:
+    """Run `sender` on enough threads for an open loop of `total` requests."""
+    threads = [threading.Thread(target=sender) for _ in range(min(total, 600))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def open_loop(port: int, sentences: list[str], rate: float, seconds: float):
     """Requests at `rate` per second on a fixed schedule for `seconds`."""
     total = int(rate * seconds)
@@ -216,26 +244,10 @@ def open_loop(port: int, sentences: list[str], rate: float, seconds: float):
             began = time.perf_counter()
             with lock:
                 state["late"] = max(state["late"], time.monotonic() - due)
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-            try:
-                status = post(connection, [sentences[index % len(sentences)]])
-            except (OSError, http.client.HTTPException):
-                status = None
-            finally:
-                connection.close()
-            with lock:
-                if status == 200:
-                    state["latencies"].append(time.perf_counter() - began)
-                elif status == 503:
-                    state["refused"] += 1
-                else:
-                    state["errors"] += 1
+            text = sentences[index % len(sentences)]
+            _send_and_count(port, text, began, state, lock)
 
-    threads = [threading.Thread(target=sender) for _ in range(min(total, 600))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _run_senders(sender, total)
     row = summary(state["latencies"], state["errors"], seconds)
     row.update(
         offered=total,
@@ -404,26 +416,9 @@ def open_loop_abandoning(port, sentences, rate, seconds, share, seed, after=0.2)
                 with lock:
                     early[seen] = early.get(seen, 0) + 1
                 continue
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-            try:
-                status = post(connection, [text])
-            except (OSError, http.client.HTTPException):
-                status = None
-            finally:
-                connection.close()
-            with lock:
-                if status == 200:
-                    state["latencies"].append(time.perf_counter() - began)
-                elif status == 503:
-                    state["refused"] += 1
-                else:
-                    state["errors"] += 1
+            _send_and_count(port, text, began, state, lock)
 
-    threads = [threading.Thread(target=sender) for _ in range(min(total, 600))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _run_senders(sender, total)
     row = summary(state["latencies"], state["errors"], seconds)
     staying = total - len(leaving)
     row.update(
