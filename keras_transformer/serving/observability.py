@@ -1,5 +1,4 @@
-"""What the server tells its operator: Prometheus metrics and one log line
-per request.
+"""What the server tells its operator: Prometheus metrics, a line per request.
 
 - `ServerMetrics`: the counters, gauges and histograms `GET /metrics`
   exposes, in a registry of its own (never prometheus_client's global one:
