@@ -216,20 +216,10 @@ def _send_and_count(port: int, text: str, began: float, state: dict, lock) -> No
             state["errors"] += 1
 
 
-def _run_senders(sender, total: int) -> None:
-    """Run `sender` on enough threads for an open loop of `total` requests."""
-    threads = [threading.Thread(target=sender) for _ in range(min(total, 600))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-
-def open_loop(port: int, sentences: list[str], rate: float, seconds: float):
-    """Requests at `rate` per second on a fixed schedule for `seconds`."""
-    total = int(rate * seconds)
-    lock = threading.Lock()
-    state = {"next": 0, "latencies": [], "refused": 0, "errors": 0, "late": 0.0}
+def _run_senders(send, total: int, rate: float, state: dict, lock) -> None:
+    """An open loop: `send(index, began)` for requests 0 .. total - 1, each
+    at its due time (`rate` per second from 0.5 s on), on enough threads;
+    the most a request started late goes to state["late"]."""
     start = time.monotonic() + 0.5
 
     def sender():
@@ -244,10 +234,26 @@ def open_loop(port: int, sentences: list[str], rate: float, seconds: float):
             began = time.perf_counter()
             with lock:
                 state["late"] = max(state["late"], time.monotonic() - due)
-            text = sentences[index % len(sentences)]
-            _send_and_count(port, text, began, state, lock)
+            send(index, began)
 
-    _run_senders(sender, total)
+    threads = [threading.Thread(target=sender) for _ in range(min(total, 600))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def open_loop(port: int, sentences: list[str], rate: float, seconds: float):
+    """Requests at `rate` per second on a fixed schedule for `seconds`."""
+    total = int(rate * seconds)
+    lock = threading.Lock()
+    state = {"next": 0, "latencies": [], "refused": 0, "errors": 0, "late": 0.0}
+
+    def send(index: int, began: float) -> None:
+        text = sentences[index % len(sentences)]
+        _send_and_count(port, text, began, state, lock)
+
+    _run_senders(send, total, rate, state, lock)
     row = summary(state["latencies"], state["errors"], seconds)
     row.update(
         offered=total,
@@ -393,32 +399,20 @@ def open_loop_abandoning(port, sentences, rate, seconds, share, seed, after=0.2)
     lock = threading.Lock()
     state = {"next": 0, "latencies": [], "refused": 0, "errors": 0, "late": 0.0}
     early: dict[str, int] = {}  # What the leaving clients had back when they left.
-    start = time.monotonic() + 0.5
 
-    def sender():
-        while True:
-            with lock:
-                index = state["next"]
-                state["next"] += 1
-            if index >= total:
-                return
-            due = start + index / rate
-            time.sleep(max(0.0, due - time.monotonic()))
-            began = time.perf_counter()
-            with lock:
-                state["late"] = max(state["late"], time.monotonic() - due)
-            text = sentences[index % len(sentences)]
-            if index in leaving:
-                try:
-                    seen = leave_early(port, text, after)
-                except OSError:
-                    seen = "error"
-                with lock:
-                    early[seen] = early.get(seen, 0) + 1
-                continue
+    def send(index: int, began: float) -> None:
+        text = sentences[index % len(sentences)]
+        if index not in leaving:
             _send_and_count(port, text, began, state, lock)
+            return
+        try:
+            seen = leave_early(port, text, after)
+        except OSError:
+            seen = "error"
+        with lock:
+            early[seen] = early.get(seen, 0) + 1
 
-    _run_senders(sender, total)
+    _run_senders(send, total, rate, state, lock)
     row = summary(state["latencies"], state["errors"], seconds)
     staying = total - len(leaving)
     row.update(
