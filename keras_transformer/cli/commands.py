@@ -190,13 +190,20 @@ def _translator(args: argparse.Namespace, task: str = "translation"):
         from keras_transformer.task.seq2seq_lm import TransformerSeq2SeqLM
 
         lm = TransformerSeq2SeqLM.from_preset(args.preset)
-        return Translator(lm.backbone, lm.tokenizer, settings)
+        return Translator(_quantized(lm.backbone, args), lm.tokenizer, settings)
     run = _run(args)
     _check_run_task(run, task)
     if run.tree_words:  # Its targets hold <unk> for rare words (linearize).
         settings = settings.replace(allow_unk=True)
     run = run.open_for_inference(args.model)
-    return Translator(run.model, run.tokenizer, settings)
+    return Translator(_quantized(run.model, args), run.tokenizer, settings)
+
+
+def _quantized(model, args: argparse.Namespace):
+    """`model`, quantized in place when --quantize asks for it."""
+    from keras_transformer.quantization import quantize_model
+
+    return quantize_model(model, args.quantize)
 
 
 def _check_run_task(run, task: str) -> None:
@@ -248,7 +255,9 @@ def _refuse_with_hyp(args: argparse.Namespace) -> None:
     # --run-dir alone is harmless: it may name the run the file came from.
     from keras_transformer.decoding.settings import SearchSettings
 
-    given = [flag for flag in ("src", "model", "preset") if getattr(args, flag)]
+    given = [
+        flag for flag in ("src", "model", "preset", "quantize") if getattr(args, flag)
+    ]
     given += [  # The search flags default to None (the task's) or False.
         field.name
         for field in dataclasses.fields(SearchSettings)
@@ -387,12 +396,15 @@ def _export(args: argparse.Namespace) -> int:
             f"CTranslate2 model written to {path} (how to call it: {path}/export.json)"
         )
         return 0
-    for flag, value in (
-        ("--quantization", args.quantization),
-        ("--max-positions", args.max_positions),
-    ):
-        if value is not None:
-            raise ValueError(f"{flag} applies to --format ctranslate2 only.")
+    if args.max_positions is not None:
+        raise ValueError("--max-positions applies to --format ctranslate2 only.")
+    if args.quantization is not None and args.format != "savedmodel":
+        raise ValueError(
+            "--quantization applies to --format ctranslate2 (its weight types) "
+            f"and savedmodel (int8); a {args.format} export holds float32 "
+            "weights. A preset is quantized as it loads: translate, evaluate or "
+            "serve --preset DIR --quantize int8."
+        )
     if args.format == "preset":
         from keras_transformer.export.preset import export_preset
 
@@ -401,7 +413,13 @@ def _export(args: argparse.Namespace) -> int:
         return 0
     from keras_transformer.export import export_translator
 
-    path = export_translator(args.run_dir, args.out, settings, model=args.model)
+    path = export_translator(
+        args.run_dir,
+        args.out,
+        settings,
+        model=args.model,
+        quantize=args.quantization,  # Refused unless int8, naming the flag.
+    )
     print(f"SavedModel written to {path} (signatures: see {path}/assets/export.json)")
     return 0
 
@@ -453,6 +471,7 @@ def _serve(args: argparse.Namespace) -> int:
         allow_remote=args.allow_remote,
         model=args.model,
         export_dir=args.export_dir,
+        quantize=args.quantize,
     )
 
 

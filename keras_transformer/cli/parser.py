@@ -20,6 +20,7 @@ from typing import Any
 from keras_transformer.config import TransformerConfig, field_names
 from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
 from keras_transformer.parsing.settings import TASKS
+from keras_transformer.quantization import QUANTIZE_MODES
 from keras_transformer.utils.setting_fields import flag_name
 
 DESCRIPTION = """The `keras-transformer` command line: prepare, train, translate,
@@ -287,6 +288,21 @@ def _add_lenient_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_quantize_argument(parser: argparse.ArgumentParser, engines=False) -> None:
+    where = (
+        "keras: Keras's int8 projections and embeddings; ctranslate2: its int8 "
+        "compute type"
+        if engines
+        else "Keras's int8 projections and embeddings, activations quantized "
+        "per position"
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZE_MODES,
+        help=f"decode with int8 weights ({where}) (default: float32)",
+    )
+
+
 def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     from keras_transformer.serving.options import ServeOptions
     from keras_transformer.serving.server import DEFAULT_HOST, DEFAULT_PORT
@@ -301,6 +317,7 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "savedmodel (an export: --export-dir, or made at start-up) "
         "(default: keras)",
     )
+    _add_quantize_argument(parser, engines=True)
     parser.add_argument(
         "--export-dir",
         help="ctranslate2 / savedmodel: an existing export of the run "
@@ -376,6 +393,7 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_translate_arguments(parser: argparse.ArgumentParser) -> None:
     _add_decoding_arguments(parser, preset=True)
     parser.add_argument("--input", help="file to translate (default: stdin)")
+    _add_quantize_argument(parser)
     _add_lenient_argument(parser)
 
 
@@ -389,6 +407,7 @@ def _add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         f"words with --run-dir or scoring --hyp trees (default: {TASKS[0]})",
     )
     _add_decoding_arguments(parser, preset=True, task=None)
+    _add_quantize_argument(parser)
     _add_lenient_argument(parser)
     parser.add_argument(
         "--src", help="source file to translate (needs --run-dir or --preset)"
@@ -419,6 +438,7 @@ def _add_parse_arguments(parser: argparse.ArgumentParser) -> None:
         help="tokenized sentences, words separated by spaces, one per line "
         "(default: stdin)",
     )
+    _add_quantize_argument(parser)
     _add_lenient_argument(parser)
 
 
@@ -462,7 +482,8 @@ def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quantization",
         choices=QUANTIZATIONS,
-        help="CTranslate2 weight type (default: float32)",
+        help="ctranslate2: its weight type; savedmodel: int8 (Keras's int8 "
+        "projections and embeddings) (default: float32)",
     )
     parser.add_argument(
         "--max-positions",

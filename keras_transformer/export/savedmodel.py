@@ -69,6 +69,7 @@ def export_translator(
     settings: SearchSettings | None = None,
     *,
     model: str | os.PathLike | None = None,
+    quantize: str | None = None,
     **changes,
 ) -> Path:
     """Export the run in `run_dir` as a SavedModel at `out` (see module doc).
@@ -80,6 +81,8 @@ def export_translator(
             at export). Defaults to the paper's.
         model: A `.keras` file to export instead of the run's final model
             (for example an averaged checkpoint).
+        quantize: "int8" to export Keras's int8 weights
+            (`keras_transformer.quantization`); None keeps float32.
         **changes: `SearchSettings` fields to change (`beam_size=1`).
 
     Returns:
@@ -92,7 +95,10 @@ def export_translator(
         ValueError: The tokenizer does not belong to the model, or the model
             file is damaged.
     """
+    from keras_transformer.quantization import check_quantize_mode
+
     settings = search_settings(settings, **changes)
+    check_quantize_mode(quantize, "--quantization")
     out = Path(out)
     import keras
 
@@ -101,9 +107,9 @@ def export_translator(
         _require_tensorflow()
     run = open_run(run_dir, out, model, load_model=in_process)
     if in_process:
-        _export_saved_model(run, out, settings)
+        _export_saved_model(run, out, settings, quantize)
     else:
-        _export_in_child(run, out, settings)
+        _export_in_child(run, out, settings, quantize)
     return out
 
 
@@ -118,17 +124,27 @@ def _require_tensorflow() -> None:
             ) from error
 
 
-def _export_saved_model(run: InferenceRun, out: Path, settings: SearchSettings):
-    atomic_directory(out, lambda staging: _write_saved_model(run, staging, settings))
+def _export_saved_model(
+    run: InferenceRun, out: Path, settings: SearchSettings, quantize: str | None
+):
+    from keras_transformer.quantization import quantize_model
+
+    quantize_model(run.model, quantize)
+    atomic_directory(
+        out, lambda staging: _write_saved_model(run, staging, settings, quantize)
+    )
 
 
-def _export_in_child(run: InferenceRun, out: Path, settings: SearchSettings):
+def _export_in_child(
+    run: InferenceRun, out: Path, settings: SearchSettings, quantize: str | None
+):
     """Rebuild and export under TensorFlow in a fresh process."""
     request = {
         "run_dir": str(run.run.path),
         "model": str(run.model_path),
         "out": str(out),
         "settings": settings.to_dict(),
+        "quantize": quantize,
     }
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -150,10 +166,12 @@ def _export_in_child(run: InferenceRun, out: Path, settings: SearchSettings):
         raise RuntimeError(f"Export under TensorFlow failed: {detail}")
 
 
-def _write_saved_model(run: InferenceRun, out: Path, settings: SearchSettings):
+def _write_saved_model(
+    run: InferenceRun, out: Path, settings: SearchSettings, quantize: str | None
+):
     from keras_transformer.export.savedmodel_graph import build_archive
 
-    info = export_record(run, settings)
+    info = export_record(run, settings, quantization=quantize)
     info.update(
         source_padding="multiple of 8 tokens",
         batch_padding="power of two rows",
@@ -255,7 +273,7 @@ def _child_main(argv: list[str]) -> int:
         _require_tensorflow()
         run = RunDirectory(request["run_dir"]).open_for_inference(request["model"])
         settings = SearchSettings.from_dict(request["settings"])
-        _export_saved_model(run, Path(request["out"]), settings)
+        _export_saved_model(run, Path(request["out"]), settings, request["quantize"])
     except tuple(_CHILD_ERRORS.values()) as error:
         message = str(error).replace("\n", " ")
         print(f"{type(error).__name__}: {message}", file=sys.stderr)

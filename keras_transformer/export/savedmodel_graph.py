@@ -110,6 +110,8 @@ def _info_endpoint(info: dict):
         "vocab_size": tf.constant(info["vocab_size"], tf.int32),
         "tokenizer": tf.constant(info["tokenizer"]),
         "package_version": tf.constant(info["package_version"]),
+        # "float32", or the --quantization the weights were exported with.
+        "quantization": tf.constant(info.get("quantization") or "float32"),
     }
 
     def fn():

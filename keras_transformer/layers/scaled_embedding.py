@@ -22,6 +22,14 @@ class ScaledEmbedding(keras.layers.Layer):
     fairseq), so the scaled embeddings start with unit variance, comparable
     to the positional encoding they are added to.
 
+    `quantize("int8")` (what `keras.Model.quantize` calls) replaces the table
+    by int8 rows with one float32 scale per token: Keras quantizes its own
+    `Embedding` but not a subclass of `Layer` such as this one, and the tied
+    output projection is the largest matrix of a translation model. Lookups
+    dequantize the rows they read; the output projection quantizes the
+    hidden states per position too and multiplies int8 by int8, as Keras's
+    int8 `Dense` does. Inference only: the int8 table is not trainable.
+
     Args:
         vocab_size: int. V.
         model_dim: int. D.
@@ -49,6 +57,7 @@ class ScaledEmbedding(keras.layers.Layer):
                 )
         self.vocab_size = vocab_size
         self.model_dim = model_dim
+        self.int8 = False  # Set by `quantize("int8")`.
 
     def build(self, input_shape=None):
         self.embeddings = self.add_weight(
@@ -58,7 +67,48 @@ class ScaledEmbedding(keras.layers.Layer):
         )
         self.built = True
 
+    def quantize(self, mode=None, type_check=True, config=None):
+        if mode != "int8":
+            raise NotImplementedError(
+                f"{type(self).__name__} can be quantized to int8 only, not {mode!r}."
+            )
+        if self.int8:
+            raise ValueError(f"{self.name} is already quantized to int8.")
+        # Keras's scale multiplies: int8 row = round(row * scale).
+        rows, scales = keras.quantizers.abs_max_quantize(
+            self.embeddings, axis=-1, to_numpy=True
+        )
+        del self.embeddings
+        shape = (self.vocab_size, self.model_dim)
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=shape, dtype="int8", trainable=False
+        )
+        self.embeddings_scale = self.add_weight(
+            name="embeddings_scale", shape=(self.vocab_size,), trainable=False
+        )
+        self.embeddings.assign(rows)
+        self.embeddings_scale.assign(ops.squeeze(scales, axis=-1))
+        self.int8 = True
+
+    def _int8_logits(self, hidden):
+        hidden, hidden_scale = keras.quantizers.abs_max_quantize(
+            ops.cast(hidden, "float32"), axis=-1
+        )
+        products = ops.matmul(hidden, ops.transpose(self.embeddings))
+        scale = hidden_scale * ops.cast(self.embeddings_scale, "float32")
+        return ops.divide(ops.cast(products, "float32"), scale)
+
+    def _int8_lookup(self, ids):
+        rows = ops.cast(ops.take(self.embeddings, ids, axis=0), "float32")
+        scales = ops.take(self.embeddings_scale, ids, axis=0)
+        return ops.divide(rows, ops.expand_dims(scales, -1))
+
     def call(self, inputs, *, reverse: bool = False):
+        if reverse and self.int8:
+            return self._int8_logits(inputs)
+        if self.int8:
+            vectors = self._int8_lookup(ops.cast(inputs, "int32"))
+            return ops.cast(vectors * math.sqrt(self.model_dim), self.compute_dtype)
         if reverse:
             table = ops.cast(self.embeddings, "float32")
             hidden = ops.cast(inputs, "float32")

@@ -40,6 +40,8 @@ from keras_transformer.version import __version__
 
 Hypotheses = list[tuple[str, float]]
 ENGINES = ("keras", "ctranslate2", "savedmodel")
+#: The engines that `--quantize` applies to (the others run an export as is).
+QUANTIZING_ENGINES = ("keras", "ctranslate2")
 
 
 class AttentionUnavailable(RuntimeError):
@@ -168,8 +170,18 @@ class KerasEngine(Engine):
     )
     kept_translators = 4  # Settings asked for recently, each compiled once.
 
-    def __init__(self, run: InferenceRun, settings: SearchSettings, batch_size: int):
+    def __init__(
+        self,
+        run: InferenceRun,
+        settings: SearchSettings,
+        batch_size: int,
+        quantize: str | None = None,
+    ):
+        from keras_transformer.quantization import quantize_model
+
         super().__init__(run.tokenizer, settings)
+        quantize_model(run.model, quantize)  # Before anything compiles.
+        self.quantize = quantize
         self.run = run
         self.batch_size = batch_size
         self._translators: collections.OrderedDict = collections.OrderedDict()
@@ -264,7 +276,8 @@ class KerasEngine(Engine):
         }
 
     def info(self) -> dict[str, Any]:
-        return {**super().info(), "model": _model_info(self.run)}
+        model = {**_model_info(self.run), "quantization": self.quantize}
+        return {**super().info(), "model": model}
 
 
 def _float64(tensor) -> np.ndarray:
@@ -283,7 +296,12 @@ class CTranslate2Engine(Engine):
     )
 
     def __init__(
-        self, directory: Path, settings: SearchSettings, threads: int, workers: int = 1
+        self,
+        directory: Path,
+        settings: SearchSettings,
+        threads: int,
+        workers: int = 1,
+        quantize: str | None = None,
     ):
         from keras_transformer.data.tokenizer import load_tokenizer
         from keras_transformer.utils.optional_imports import require
@@ -293,9 +311,15 @@ class CTranslate2Engine(Engine):
         super().__init__(load_tokenizer(directory / "tokenizer"), settings)
         self.directory = directory
         # inter_threads: batches translated at once, one per calling thread.
+        # --quantize int8: CTranslate2 converts the weights as it loads them.
         self.translator = ctranslate2.Translator(
-            str(directory), device="cpu", inter_threads=workers, intra_threads=threads
+            str(directory),
+            device="cpu",
+            compute_type=quantize or "default",
+            inter_threads=workers,
+            intra_threads=threads,
         )
+        self.quantize = quantize
         vocab = range(self.tokenizer.vocab_size)
         self._ids = {self.tokenizer.id_to_piece(i): i for i in vocab}
         self.check_settings(settings)
@@ -348,7 +372,7 @@ class CTranslate2Engine(Engine):
         model = {
             "export": self.directory.name,
             "file": self.export_info.get("model"),
-            "quantization": self.export_info.get("quantization"),
+            "quantization": self.quantize or self.export_info.get("quantization"),
         }
         return {**super().info(), "model": model}
 
@@ -406,7 +430,11 @@ class SavedModelEngine(Engine):
         ]
 
     def info(self) -> dict[str, Any]:
-        model = {"export": self.directory.name, "file": self.model.info["model"]}
+        model = {
+            "export": self.directory.name,
+            "file": self.model.info["model"],
+            "quantization": self.model.info.get("quantization"),
+        }
         return {**super().info(), "model": model}
 
 
@@ -451,25 +479,35 @@ def open_engine(
     batch_size: int,
     threads: int,
     workers: int = 1,
+    quantize: str | None = None,
 ) -> Engine:
     """The engine `name` for the run in `run_dir`.
 
     CTranslate2 and SavedModel read `export_dir` when given, else export
-    the run (with `model`, with `settings`) into `scratch` first.
+    the run (with `model`, with `settings`) into `scratch` first. `quantize`
+    ("int8"): Keras's int8 weights (keras) or CTranslate2's (ctranslate2).
     """
+    from keras_transformer.quantization import check_quantize_mode
+
     if name not in ENGINES:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}: {name!r}")
+    check_quantize_mode(quantize)
+    if quantize is not None and name not in QUANTIZING_ENGINES:
+        raise ValueError(
+            f"--quantize applies to --engine {' or '.join(QUANTIZING_ENGINES)}; "
+            f"--engine {name} runs the weights its export holds."
+        )
     if name == "keras":
         if export_dir is not None:
             raise ValueError("--export-dir is for --engine ctranslate2 or savedmodel.")
         run = RunDirectory(run_dir).open_for_inference(model)
-        return KerasEngine(run, settings, batch_size)
+        return KerasEngine(run, settings, batch_size, quantize)
     if export_dir is None:
         export_dir = _export(name, run_dir, settings, model, scratch / name)
     elif model is not None:
         raise ValueError("--model and --export-dir both name the weights: pass one.")
     if name == "ctranslate2":
-        return CTranslate2Engine(Path(export_dir), settings, threads, workers)
+        return CTranslate2Engine(Path(export_dir), settings, threads, workers, quantize)
     return SavedModelEngine(Path(export_dir), settings)
 
 

@@ -144,9 +144,10 @@ def serve(
     model: str | None = None,
     export_dir: str | None = None,
     preset: str | None = None,
+    quantize: str | None = None,
 ) -> int:
     """Serve the run in `run_dir` (or the `preset` directory) until SIGTERM
-    or Ctrl-C; returns 0."""
+    or Ctrl-C; returns 0. `quantize`: see `open_engine`."""
     from keras_transformer.utils.optional_imports import require
 
     check_host(host, allow_remote)
@@ -164,9 +165,8 @@ def serve(
             from keras_transformer.export.preset import preset_as_run
 
             run_dir = str(preset_as_run(preset, Path(scratch) / "preset-run"))
-        serving = _open(
-            engine, run_dir, settings, options, policy, model, export_dir, scratch
-        )
+        weights = _Weights(model, export_dir, quantize)
+        serving = _open(engine, run_dir, settings, options, policy, weights, scratch)
         serving.language = language
         app = _guarded(serving, policy, api_key, host)
         try:
@@ -178,7 +178,17 @@ def serve(
     return 0
 
 
-def _open(engine_name, run_dir, settings, options, policy, model, export_dir, scratch):
+@dataclasses.dataclass(frozen=True)
+class _Weights:
+    """Which weights an engine serves, and how: a model file of the run or
+    an export directory, and a quantization."""
+
+    model: str | None = None
+    export_dir: str | None = None
+    quantize: str | None = None
+
+
+def _open(engine_name, run_dir, settings, options, policy, weights, scratch):
     """The engine, its batcher and metrics, as the application's `Serving`."""
     import keras
 
@@ -193,8 +203,9 @@ def _open(engine_name, run_dir, settings, options, policy, model, export_dir, sc
         engine_name,
         run_dir,
         settings,
-        model=model,
-        export_dir=export_dir,
+        model=weights.model,
+        export_dir=weights.export_dir,
+        quantize=weights.quantize,
         scratch=Path(scratch),
         batch_size=batch_size,
         threads=options.threads or default_threads(workers),

@@ -63,6 +63,34 @@ def test_translate_prints_one_line_per_input_line_in_order(run_dir, tmp_path, ca
     assert lines == translator(INPUT_LINES)
 
 
+def test_translate_quantize_int8_decodes_with_the_int8_model(run_dir, tmp_path, capsys):
+    from keras_transformer.quantization import quantize_model
+
+    source = write_lines(tmp_path / "input.txt", INPUT_LINES)
+    argv = ["translate", "--run-dir", str(run_dir), "--input", str(source)]
+    argv += ["--beam-size", "1", "--max-extra-length", str(MAX_EXTRA)]
+    assert main([*argv, "--quantize", "int8"]) == 0
+    lines = capsys.readouterr().out.split("\n")[:-1]
+    model = keras.saving.load_model(run_dir / "model.keras", compile=False)
+    translator = Translator(
+        quantize_model(model, "int8"),
+        load_tokenizer(run_dir / "tokenizer"),
+        beam_size=1,
+        max_extra_length=MAX_EXTRA,
+    )
+    assert lines == translator(INPUT_LINES)
+
+
+def test_translate_refuses_an_unknown_quantization(run_dir, tmp_path, capsys):
+    source = write_lines(tmp_path / "input.txt", ["a dog."])
+    argv = ["translate", "--run-dir", str(run_dir), "--input", str(source)]
+    with pytest.raises(SystemExit):  # argparse: the choices are listed.
+        main([*argv, "--quantize", "int4"])
+    assert "--quantize: invalid choice: 'int4' (choose from 'int8')" in (
+        capsys.readouterr().err
+    )
+
+
 def test_translate_without_a_model_is_an_error(tmp_path, capsys):
     source = write_lines(tmp_path / "input.txt", ["a dog."])
     argv = ["translate", "--run-dir", str(tmp_path), "--input", str(source)]
@@ -194,7 +222,11 @@ def test_translate_refuses_settings_that_cannot_search(
 
 @pytest.mark.parametrize(
     "flags, named",
-    [(["--src", "SRC"], "--src"), (["--beam-size", "2"], "--beam-size")],
+    [
+        (["--src", "SRC"], "--src"),
+        (["--beam-size", "2"], "--beam-size"),
+        (["--quantize", "int8"], "--quantize"),
+    ],
 )
 def test_evaluate_hyp_refuses_flags_it_would_ignore(tmp_path, capsys, flags, named):
     lines = write_lines(tmp_path / "lines.txt", ["a dog"])

@@ -189,6 +189,41 @@ def test_exported_translate_equals_translator(run_dir, exports, held_out, beam_s
         assert "nbest" not in served["signatures"]
 
 
+@tensorflow_graph_only
+def test_an_int8_export_translates_as_the_int8_model(run_dir, held_out, tmp_path):
+    from keras_transformer.quantization import quantize_model
+
+    sentences, _ = held_out
+    path = export_translator(
+        run_dir, tmp_path / "int8", max_extra_length=EXTRA, quantize="int8"
+    )
+    served = run_isolated(TRANSLATE, str(path), json.dumps(sentences))
+    assert served["info"]["quantization"] == "int8"
+    run = RunDirectory(run_dir)
+    model = quantize_model(run.load_model(), "int8")
+    expected = Translator(model, run.load_tokenizer(), max_extra_length=EXTRA)(
+        sentences
+    )
+    # Not all equal, unlike float32: the activations are rounded to int8 at
+    # run time, and the SavedModel's graph (no XLA) and the compiled search
+    # round a few values on either side of a step (49 of 50 equal on TF).
+    same = sum(a == b for a, b in zip(served["translations"], expected))
+    assert same >= 0.9 * len(sentences)
+
+
+def test_export_refuses_quantization_a_format_cannot_hold(run_dir, tmp_path, capsys):
+    from keras_transformer.cli import main
+
+    argv = ["export", "--run-dir", str(run_dir), "--out", str(tmp_path / "p")]
+    assert main([*argv, "--format", "preset", "--quantization", "int8"]) == 2
+    assert "a preset export holds float32 weights" in capsys.readouterr().err
+    assert main([*argv, "--quantization", "int8_float16"]) == 2
+    assert "--quantization 'int8_float16' is not a quantization mode" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "p").exists()
+
+
 def keras_transformer_version():
     from keras_transformer import __version__
 
@@ -328,7 +363,7 @@ def test_existing_out_is_refused(run_dir, tmp_path):
 def test_failed_export_leaves_nothing_at_out(run_dir, tmp_path, monkeypatch):
     from keras_transformer.export import savedmodel as export
 
-    def fail_half_way(run, out, settings):
+    def fail_half_way(run, out, settings, quantize):
         (out / "saved_model.pb").write_bytes(b"half")
         raise RuntimeError("disk full")
 
@@ -450,13 +485,3 @@ def test_cli_exports_int8_ctranslate2(run_dir, tmp_path, ctranslate2_export, hel
     # outputs differ from float32 ones (docs/benchmarks.md compares BLEU on
     # a trained model); they are still whole sentences.
     assert sum(ids[-1:] == [tokenizer.eos_id] for ids in quantized) >= 15
-
-
-def test_cli_refuses_quantization_for_saved_model(run_dir, tmp_path, capsys):
-    from keras_transformer.cli import main
-
-    out = tmp_path / "o"
-    args = ["export", "--run-dir", str(run_dir), "--out", str(out)]
-    assert main([*args, "--quantization", "int8"]) == 2
-    assert "--quantization applies to --format ctranslate2" in capsys.readouterr().err
-    assert not out.exists()

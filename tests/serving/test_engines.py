@@ -72,3 +72,32 @@ def test_an_export_dir_of_the_wrong_format_is_refused(run_dir, tmp_path):
         engine("ctranslate2", run_dir, tmp_path, export_dir=tmp_path / "ct2")
     with pytest.raises(FileNotFoundError, match="is not an export"):
         engine("ctranslate2", run_dir, tmp_path, export_dir=tmp_path)
+
+
+def test_quantize_int8_serves_the_int8_model_and_says_so(run_dir, tmp_path):
+    float_engine = engine("keras", run_dir, tmp_path / "f")
+    int8 = engine("keras", run_dir, tmp_path / "q", quantize="int8")
+    assert int8.info()["model"]["quantization"] == "int8"
+    assert float_engine.info()["model"]["quantization"] is None
+    weights = {w.path: str(w.dtype) for w in int8.run.model.weights}
+    assert weights["shared_embedding/embeddings"] == "int8"
+    assert len(int8.translate(TEXTS, SETTINGS)) == len(TEXTS)
+
+
+def test_quantize_is_refused_by_an_engine_that_runs_an_export(run_dir, tmp_path):
+    with pytest.raises(ValueError, match="--engine savedmodel runs the weights"):
+        engine("savedmodel", run_dir, tmp_path, quantize="int8")
+    assert not any(tmp_path.iterdir())  # Refused before exporting anything.
+
+
+def test_an_unknown_quantization_is_refused_before_loading(tmp_path):
+    with pytest.raises(ValueError, match="--quantize 'int4' is not"):
+        engine("keras", tmp_path / "no-run", tmp_path, quantize="int4")
+
+
+def test_quantize_int8_loads_a_ctranslate2_export_as_int8(run_dir, tmp_path):
+    pytest.importorskip("ctranslate2")
+    int8 = engine("ctranslate2", run_dir, tmp_path, quantize="int8")
+    assert int8.translator.compute_type == "int8_float32"  # int8 weights.
+    assert int8.info()["model"]["quantization"] == "int8"
+    assert len(int8.translate(TEXTS, SETTINGS)) == len(TEXTS)

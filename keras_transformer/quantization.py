@@ -1,0 +1,64 @@
+"""Weight quantization of a trained Transformer for inference (`--quantize`).
+
+Keras's own machinery does the work: `keras.Model.quantize("int8")` turns
+every `Dense` (the attention and feed-forward projections) into int8
+weights with a float32 scale per output unit, and `ScaledEmbedding.quantize`
+does the same for the shared embedding and output projection, with a scale
+per token. In each projection the activations are quantized per position at
+run time too (Keras's int8 mode), so the products are int8 by int8; norms,
+biases, softmax and the loss stay float32. The search runs unchanged on the
+quantized model, on every backend (TensorFlow, JAX and torch).
+
+Inference only: a quantized model is not trained, saved or exported here.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+#: The modes `--quantize` accepts (None keeps float32).
+QUANTIZE_MODES = ("int8",)
+
+
+def check_quantize_mode(mode: str | None, flag: str = "--quantize") -> None:
+    """Refuse an unknown mode before any model is loaded."""
+    if mode is not None and mode not in QUANTIZE_MODES:
+        raise ValueError(
+            f"{flag} {mode!r} is not a quantization mode: use one of "
+            f"{', '.join(QUANTIZE_MODES)} (or leave it out for float32)."
+        )
+
+
+def _quantizable(layer) -> bool:
+    import keras
+
+    from keras_transformer.layers import ScaledEmbedding
+
+    return isinstance(layer, (keras.layers.Dense, ScaledEmbedding))
+
+
+def quantize_model(model, mode: str | None):
+    """Quantize `model`'s projections and embeddings in place to `mode`
+    (see the module docstring); None leaves it as it is. Returns `model`."""
+    check_quantize_mode(mode)
+    if mode is None:
+        return model
+    if model.dtype_policy.name != "float32":
+        raise ValueError(
+            f"--quantize {mode} needs a float32 model; this one computes in "
+            f"{model.dtype_policy.name}."
+        )
+    with warnings.catch_warnings():
+        # NumPy 2 warns once per layer about Keras's __array__ (harmless).
+        warnings.filterwarnings("ignore", message=r".*__array__ implementation.*")
+        model.quantize(mode, filters=_quantizable)
+    return model
+
+
+def quantized_layers(model) -> int:
+    """How many of `model`'s layers hold quantized weights."""
+    return sum(
+        1
+        for layer in model._flatten_layers()
+        if getattr(layer, "int8", False) or getattr(layer, "_is_quantized", False)
+    )
