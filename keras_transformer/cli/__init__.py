@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:  # `keras-transformer` alone trains the default.
         args = parser.parse_args(["train", *(argv or [])])
     try:
-        _start_keras(args.command)
+        if not getattr(args, "onnx", None):  # translate --onnx: no Keras.
+            _start_keras(args.command)
         from keras_transformer.cli.commands import RUNS
 
         return RUNS[args.command](args)

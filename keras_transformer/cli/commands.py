@@ -242,11 +242,33 @@ def _read_stdin(args: argparse.Namespace) -> list[str]:
 
 
 def _translate(args: argparse.Namespace) -> int:
+    translate = _onnx_translator(args) if args.onnx else None
     lines = _read_lines(args.input, args) if args.input else _read_stdin(args)
     from keras_transformer.data.text_files import lines_text
 
-    sys.stdout.write(lines_text(_translator(args)(lines), "<stdout>"))
+    translate = translate or _translator(args)
+    sys.stdout.write(lines_text(translate(lines), "<stdout>"))
     return 0
+
+
+def _onnx_translator(args: argparse.Namespace):
+    """`translate --onnx DIR`: the export's translator with the search flags'
+    settings, as a function of the lines. Imports no Keras."""
+    from keras_transformer.export.onnx_translator import OnnxTranslator
+
+    given = [
+        flag
+        for flag in ("run_dir", "preset", "model", "quantize")
+        if getattr(args, flag)
+    ]
+    if given:
+        raise ValueError(
+            f"--onnx and {flag_name(given[0])} both name a model: pass one "
+            "(an ONNX export holds its float32 weights)."
+        )
+    settings = _search_settings(args)  # Refused before the export loads.
+    translator = OnnxTranslator(args.onnx)
+    return lambda lines: translator.translate(lines, settings)
 
 
 def _refuse_with_hyp(args: argparse.Namespace) -> None:
@@ -405,6 +427,15 @@ def _export(args: argparse.Namespace) -> int:
             "weights. A preset is quantized as it loads: translate, evaluate or "
             "serve --preset DIR --quantize int8."
         )
+    if args.format == "onnx":
+        from keras_transformer.export.onnx import export_onnx
+
+        path = export_onnx(args.run_dir, args.out, settings, model=args.model)
+        print(
+            f"ONNX graphs written to {path} (translate --onnx {path}, serve "
+            f"--engine onnx --export-dir {path}; see {path}/export.json)"
+        )
+        return 0
     if args.format == "preset":
         from keras_transformer.export.preset import export_preset
 

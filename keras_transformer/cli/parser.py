@@ -311,16 +311,16 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     _add_decoding_arguments(parser, preset=True)
     parser.add_argument(
         "--engine",
-        choices=("keras", "ctranslate2", "savedmodel"),
+        choices=("keras", "ctranslate2", "savedmodel", "onnx"),
         default="keras",
-        help="keras (the run's model, attention plots), ctranslate2 or "
-        "savedmodel (an export: --export-dir, or made at start-up) "
+        help="keras (the run's model, attention plots), ctranslate2, "
+        "savedmodel or onnx (an export: --export-dir, or made at start-up) "
         "(default: keras)",
     )
     _add_quantize_argument(parser, engines=True)
     parser.add_argument(
         "--export-dir",
-        help="ctranslate2 / savedmodel: an existing export of the run "
+        help="ctranslate2 / savedmodel / onnx: an existing export of the run "
         "(default: export it to a temporary directory at start-up)",
     )
     parser.add_argument(
@@ -392,6 +392,13 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_translate_arguments(parser: argparse.ArgumentParser) -> None:
     _add_decoding_arguments(parser, preset=True)
+    parser.add_argument(
+        "--onnx",
+        metavar="DIR",
+        help="translate with an ONNX export (export --format onnx) instead of "
+        "--run-dir or --preset: onnxruntime and NumPy, without Keras; the "
+        "search flags apply as they do to a run",
+    )
     parser.add_argument("--input", help="file to translate (default: stdin)")
     _add_quantize_argument(parser)
     _add_lenient_argument(parser)
@@ -472,12 +479,14 @@ def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--format",
-        choices=("savedmodel", "ctranslate2", "preset"),
+        choices=("savedmodel", "ctranslate2", "preset", "onnx"),
         default="savedmodel",
         help="savedmodel (TensorFlow serving, search inside), ctranslate2 "
         "(weights for CTranslate2; the search settings are recorded in "
-        "export.json) or preset (keras-hub's layout, for "
-        "TransformerSeq2SeqLM.from_preset and --preset) (default: savedmodel)",
+        "export.json), preset (keras-hub's layout, for "
+        "TransformerSeq2SeqLM.from_preset and --preset) or onnx (the encoder "
+        "and a cached decoder step for onnxruntime: translate --onnx, serve "
+        "--engine onnx) (default: savedmodel)",
     )
     parser.add_argument(
         "--quantization",
@@ -518,8 +527,8 @@ COMMANDS = {
     "evaluate": ("translate and score", None, _add_evaluate_arguments),
     "average": ("average the last checkpoints", None, _add_average_arguments),
     "export": (
-        "export a text-in, text-out TensorFlow SavedModel, a CTranslate2 model "
-        "or a preset",
+        "export a text-in, text-out TensorFlow SavedModel, a CTranslate2 model, "
+        "a preset or ONNX graphs",
         None,
         _add_export_arguments,
     ),

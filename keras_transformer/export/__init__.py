@@ -5,8 +5,13 @@
 - `ctranslate2`: a CTranslate2 model directory (`export_ctranslate2`).
 - `preset`: a preset directory in keras-hub's layout (`export_preset`),
   which `TransformerSeq2SeqLM.from_preset` and `--preset` load.
+- `onnx`: an ONNX directory, the encoder and a cached decoder step
+  (`export_onnx`); `onnx_graphs` builds its graphs under torch.
+  `onnx_translator` translates with it (`OnnxTranslator`) without Keras,
+  searching with `numpy_search`.
 - `common`: what the targets share: opening the run, the output
-  directory, the record each export writes beside its files.
+  directory, the record each export writes beside its files, the child
+  process an export runs in under another backend.
 - `options`: the choices and defaults of the export flags (light: the
   command line reads them at start-up).
 
@@ -28,6 +33,8 @@ _EXPORTS = {
     "SIGNATURES": ".savedmodel",
     "export_translator": ".savedmodel",
     "export_preset": ".preset",
+    "export_onnx": ".onnx",
+    "OnnxTranslator": ".onnx_translator",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,12 +1,17 @@
 """What every export target shares: the run, the output, the export record.
 
-The run it exports, the directory it writes, and the record of what was
-exported.
+The run it exports, the directory it writes, the record of what was
+exported, and the child process an export runs in when it needs another
+Keras backend than this process's.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +54,52 @@ def export_record(
         **fields,
         **settings.to_dict(),
     }
+
+
+#: The errors an export's child process reports by name on its last line of
+#: stderr, raised again as the same kind here (anything else: RuntimeError).
+CHILD_ERRORS = {
+    error.__name__: error
+    for error in (
+        ValueError,
+        FileNotFoundError,
+        FileExistsError,
+        ImportError,
+        RuntimeError,
+    )
+}
+
+
+def export_in_child(module: str, request: dict[str, Any], backend: str) -> None:
+    """Run ``python -m module REQUEST`` under KERAS_BACKEND=`backend` (a
+    run's `.keras` weights load on any backend), the module's `child_main`
+    answering; its error is raised here as the same kind, with its message."""
+    env = dict(os.environ, KERAS_BACKEND=backend)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    result = subprocess.run(
+        [sys.executable, "-m", module, json.dumps(request)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode == 0:
+        return
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    detail = lines[-1] if lines else f"exit status {result.returncode}"
+    kind, _, message = detail.partition(": ")
+    if kind in CHILD_ERRORS:  # The child's own clear message.
+        raise CHILD_ERRORS[kind](message)
+    raise RuntimeError(f"The export under {backend} failed: {detail}")
+
+
+def child_main(argv: list[str], export: Callable[[dict[str, Any]], object]) -> int:
+    """The child's side of `export_in_child`: `export(request)`, and a
+    known error as "Kind: message" on stderr's last line (exit status 2)."""
+    try:
+        export(json.loads(argv[0]))
+    except tuple(CHILD_ERRORS.values()) as error:
+        name = next(n for n, kind in CHILD_ERRORS.items() if isinstance(error, kind))
+        message = str(error).replace("\n", " ")
+        print(f"{name}: {message}", file=sys.stderr)
+        return 2
+    return 0

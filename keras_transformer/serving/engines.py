@@ -12,6 +12,9 @@ hypotheses, best first, as (translation, score) pairs:
 - `SavedModelEngine`: an exported SavedModel (given, or made at start-up),
   whose search settings were fixed at export: a request asking for others
   is refused naming the field.
+- `OnnxEngine`: an ONNX export (given, or made at start-up), searched by
+  `export.onnx_translator.OnnxTranslator` with any settings: NumPy's search
+  over onnxruntime, `Translator`'s translations.
 
 Engines are called from the batcher's worker threads only, `workers` of them
 side by side where `serving.server.decode_workers` allows more than one.
@@ -39,7 +42,7 @@ from keras_transformer.utils.setting_fields import flag_name
 from keras_transformer.version import __version__
 
 Hypotheses = list[tuple[str, float]]
-ENGINES = ("keras", "ctranslate2", "savedmodel")
+ENGINES = ("keras", "ctranslate2", "savedmodel", "onnx")
 #: The engines that `--quantize` applies to (the others run an export as is).
 QUANTIZING_ENGINES = ("keras", "ctranslate2")
 
@@ -438,6 +441,34 @@ class SavedModelEngine(Engine):
         return {**super().info(), "model": model}
 
 
+class OnnxEngine(Engine):
+    """An ONNX export directory (`export --format onnx`): any settings."""
+
+    name = "onnx"
+    score = KerasEngine.score
+
+    def __init__(
+        self, directory: Path, settings: SearchSettings, threads: int, batch_size: int
+    ):
+        from keras_transformer.export.onnx_translator import OnnxTranslator
+
+        self.model = OnnxTranslator(directory, threads=threads, batch_size=batch_size)
+        super().__init__(self.model.tokenizer, settings)
+        self.directory = directory
+        self.check_settings(settings)
+
+    def translate(self, texts: Sequence[str], settings: SearchSettings, abandoned=None):
+        return self.model.nbest(list(texts), settings)
+
+    def info(self) -> dict[str, Any]:
+        model = {
+            "export": self.directory.name,
+            "file": self.model.info.get("model"),
+            "quantization": None,
+        }
+        return {**super().info(), "model": model}
+
+
 def _check_flags(flags: SearchSettings, fixed: SearchSettings, directory) -> None:
     """Search flags left at their defaults take the export's settings; one
     given with another value than the export's cannot be honoured."""
@@ -499,7 +530,9 @@ def open_engine(
         )
     if name == "keras":
         if export_dir is not None:
-            raise ValueError("--export-dir is for --engine ctranslate2 or savedmodel.")
+            raise ValueError(
+                "--export-dir is for --engine ctranslate2, savedmodel or onnx."
+            )
         run = RunDirectory(run_dir).open_for_inference(model)
         return KerasEngine(run, settings, batch_size, quantize)
     if export_dir is None:
@@ -508,6 +541,8 @@ def open_engine(
         raise ValueError("--model and --export-dir both name the weights: pass one.")
     if name == "ctranslate2":
         return CTranslate2Engine(Path(export_dir), settings, threads, workers, quantize)
+    if name == "onnx":
+        return OnnxEngine(Path(export_dir), settings, threads, batch_size)
     return SavedModelEngine(Path(export_dir), settings)
 
 
@@ -516,4 +551,6 @@ def _export(name: str, run_dir, settings, model, out: Path) -> Path:
 
     if name == "ctranslate2":
         return export.export_ctranslate2(run_dir, out, settings, model=model)
+    if name == "onnx":
+        return export.export_onnx(run_dir, out, settings, model=model)
     return export.export_translator(run_dir, out, settings, model=model)

@@ -33,6 +33,9 @@ EXTRAS = {
     "uvicorn": "serve",
     "prometheus_client": "serve",
     "sentencex": "serve",
+    "onnxruntime": "onnx",
+    "onnx": "onnx-export",
+    "onnxscript": "onnx-export",
     "nbclient": "notebooks",
     "nbformat": "notebooks",
 }

@@ -1,0 +1,242 @@
+"""The two graphs of an ONNX export, traced from the model's own layers under torch.
+
+`EncoderGraph` runs `Transformer.encode` and `cross_key_values`;
+`DecoderStepGraph` runs one decoder position through each
+`DecoderBlock._forward` with attention closures over a past of any length
+(`MultiHeadAttention.project_key_value_cache` and `attend_cache`), the
+target embedding, positions, norms and `_logits` of the model: every weight
+and op is the model's, none is written again here. Their inputs and outputs
+are `onnx_translator`'s (its module docstring lists them).
+
+`write_graphs` exports both with ``torch.onnx.export(dynamo=True)``; why not
+through Keras's `export_onnx` is said in `export.onnx`'s docstring.
+Imported only under the torch backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from pathlib import Path
+
+import keras
+import numpy as np
+import torch
+from keras import ops
+
+from keras_transformer import masks
+from keras_transformer.export.onnx_translator import (
+    DECODER_STEP,
+    ENCODER,
+    encoder_outputs,
+    step_inputs,
+    step_outputs,
+)
+from keras_transformer.model import _logits
+
+# Sample sizes to trace with: all different and >= 2, since torch.export
+# takes a dimension of size 0 or 1 for a constant (and two of one size may
+# be taken for one dimension). 6 rows are 3 sentences of 2 beams.
+_ROWS, _SENTENCES, _SOURCE, _PAST = 6, 3, 5, 4
+
+
+class EncoderGraph(keras.layers.Layer):
+    """source_ids (B, S) -> each decoder layer's cross keys and values."""
+
+    def __init__(self, transformer, **kwargs):
+        super().__init__(**kwargs)
+        self.transformer = transformer
+
+    def build(self, *shapes):
+        self.built = True
+
+    def call(self, source_ids):
+        memory = self.transformer.encode(source_ids)
+        pairs = self.transformer.cross_key_values(memory)
+        return tuple(tensor for pair in pairs for tensor in pair)
+
+
+class DecoderStepGraph(keras.layers.Layer):
+    """One new position against the past keys/values (see `onnx_translator`).
+
+    The k = N / B consecutive rows of a sentence attend to its cross keys
+    and values as k query positions of one row, as `DecoderBlock.decode_step`
+    does with its `beams`: here k is read from the shapes, so one graph
+    serves greedy search and any beam size.
+    """
+
+    def __init__(self, transformer, **kwargs):
+        super().__init__(**kwargs)
+        self.transformer = transformer
+
+    def build(self, *shapes):
+        self.built = True
+
+    def call(self, token_ids, source_ids, *caches):
+        parts = self.transformer._parts
+        layers = len(parts.decoder_blocks)
+        past = [caches[2 * i : 2 * i + 2] for i in range(layers)]
+        cross = [caches[2 * (layers + i) : 2 * (layers + i) + 2] for i in range(layers)]
+        position = ops.shape(past[0][0])[2]  # The new token's: the past's length.
+        hidden = parts.target_embedding(token_ids)
+        hidden = parts.target_position(hidden, start_index=position)
+        self_mask = self._self_attention_mask(token_ids, position)
+        rows, sentences = ops.shape(token_ids)[0], ops.shape(source_ids)[0]
+        beams = rows // sentences
+        cross_mask = masks.cross_attention_mask(
+            source_ids, ops.ones((sentences, beams), "int32")
+        )
+        new = []
+        for block, layer_past, layer_cross in zip(parts.decoder_blocks, past, cross):
+            hidden, key_value, _ = block._forward(
+                hidden,
+                _self_attend(block.self_attention, layer_past, self_mask),
+                _cross_attend(block.cross_attention, layer_cross, cross_mask),
+                False,
+            )
+            new.extend(key_value)
+        return (_logits(parts, hidden)[:, -1], *new)
+
+    def _self_attention_mask(self, token_ids, position):
+        """The new position sees every past one (and itself), within the
+        attention window if the model has one: `Transformer.decode_step`'s
+        mask over a cache exactly as long as the past."""
+        queries = masks.token_positions(token_ids, offset=position)
+        keys = masks.token_positions(ops.ones((1, position + 1), "int32"))
+        mask = masks.causal_mask(queries, keys)
+        window = self.transformer.config.attention_window
+        if window is not None:
+            local = masks.window_mask(queries, keys, window, causal=True)
+            mask = ops.logical_and(mask, local)
+        return mask
+
+
+def _self_attend(attention, past, mask):
+    def attend(hidden):
+        keys, values = attention.project_key_value_cache(hidden)
+        all_keys = ops.concatenate([past[0], keys], axis=2)
+        all_values = ops.concatenate([past[1], values], axis=2)
+        return attention.attend_cache(hidden, all_keys, all_values, mask), (
+            keys,
+            values,
+        )
+
+    return attend
+
+
+def _cross_attend(attention, keys_values, mask):
+    """A sentence's beams as query positions of its one row of keys/values
+    (`DecoderBlock.decode_step`'s cross_attend); mask (B, k, S)."""
+
+    def attend(hidden):
+        rows, width = ops.shape(hidden)[0], ops.shape(hidden)[2]
+        sentences, beams = ops.shape(mask)[0], ops.shape(mask)[1]
+        output = attention.attend_cache(
+            ops.reshape(hidden, (sentences, beams, width)), *keys_values, mask
+        )
+        return ops.reshape(output, (rows, 1, width)), None
+
+    return attend
+
+
+def write_graphs(model, directory: Path) -> dict:
+    """Export `model`'s encoder and decoder step to `directory`; returns
+    what export.json records of them (the opset)."""
+    layers = model.config.num_decoder_layers
+    source_ids = _sample_source(model.config.vocab_size)
+    encoder = EncoderGraph(model)
+    cross = [ops.convert_to_numpy(t) for t in encoder(source_ids)]
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("source_length")
+    rows, past_length = torch.export.Dim("rows"), torch.export.Dim("past_length")
+    opset = _to_onnx(
+        encoder,
+        [source_ids],
+        ["source_ids"],
+        encoder_outputs(layers),
+        [{0: batch, 1: length}],
+        directory / ENCODER,
+    )
+    beams = _ROWS // _SENTENCES
+    past = [_sample_past(array, beams) for array in cross]
+    tokens = np.arange(_ROWS, dtype=np.int32)[:, None] % model.config.vocab_size
+    _to_onnx(
+        DecoderStepGraph(model),
+        [tokens, source_ids, *past, *cross],
+        step_inputs(layers),
+        step_outputs(layers),
+        [{0: rows}, {0: batch, 1: length}]
+        + [{0: rows, 2: past_length}] * len(past)
+        + [{0: batch, 2: length}] * len(cross),
+        directory / DECODER_STEP,
+    )
+    return {"opset": opset}
+
+
+def _sample_source(vocab_size: int) -> np.ndarray:
+    """(3, 5) source ids, one row padded (the masks are traced, not the data)."""
+    ids = 4 + np.arange(_SENTENCES * _SOURCE, dtype=np.int32) % (vocab_size - 4)
+    ids = ids.reshape(_SENTENCES, _SOURCE)
+    ids[0, 3:] = 0
+    return ids
+
+
+def _sample_past(cross: np.ndarray, beams: int) -> np.ndarray:
+    """A past of _PAST positions with a cross array's heads and head size."""
+    _, heads, _, size = cross.shape
+    return np.zeros((_SENTENCES * beams, heads, _PAST, size), np.float32) + 0.1
+
+
+def _to_onnx(graph, samples, inputs, outputs, dynamic, path: Path) -> int:
+    """Trace `graph` on `samples` and save it as ONNX with the named inputs,
+    outputs and dynamic dimensions; returns the opset."""
+    samples = tuple(torch.from_numpy(np.ascontiguousarray(s)) for s in samples)
+    graph.eval()  # torch's mode (Keras's layers take training=False anyway).
+    with _quiet_export(), _symbolic_sizes_as_int32():
+        program = torch.onnx.export(
+            graph,
+            samples,
+            input_names=inputs,
+            output_names=outputs,
+            dynamic_shapes={"args": tuple(dynamic)},
+            dynamo=True,
+            verbose=False,
+        )
+    program.save(str(path))
+    return next(o.version for o in program.model_proto.opset_import if not o.domain)
+
+
+@contextlib.contextmanager
+def _symbolic_sizes_as_int32():
+    """Let Keras's ops take torch.export's symbolic sizes for Python ints.
+
+    `ops.arange(length)` on a traced length (the positional encodings'
+    positions, the step's key positions) reads the dtype of a `torch.SymInt`
+    and Keras 3.15 knows no such type ("Invalid dtype: SymInt"): it is told,
+    for the export only, that one is an int32 as a Python int is.
+    """
+    from keras.src.backend.common import dtypes
+
+    dtypes.PYTHON_DTYPES_MAP[torch.SymInt] = "int32"
+    try:
+        yield
+    finally:
+        dtypes.PYTHON_DTYPES_MAP.pop(torch.SymInt, None)
+
+
+@contextlib.contextmanager
+def _quiet_export():
+    """Without the exporter's notes that say nothing about this graph
+    (torchvision's missing ops, axis names shared between inputs, pytree
+    deprecations)."""
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.filterwarnings("ignore", message=".*axis name.*")
+            warnings.filterwarnings("ignore", message=".*softmax over axis.*")
+            yield
+    finally:
+        registration.setLevel(level)

@@ -1,0 +1,358 @@
+"""Translate with an ONNX export: onnxruntime and NumPy, without Keras or the model.
+
+`OnnxTranslator` reads a directory written by ``keras-transformer export
+--format onnx`` (`export.onnx`)::
+
+    encoder.onnx        source_ids int32 (B, S), pad 0, no BOS/EOS ->
+                        cross_keys_i (B, H, S, d_k), cross_values_i (B, H, S, K)
+                        for each decoder layer i
+    decoder_step.onnx   token_ids int32 (N, 1), source_ids (B, S),
+                        past_keys_i (N, H, T, d_k), past_values_i (N, H, T, K),
+                        cross_keys_i, cross_values_i ->
+                        logits float32 (N, V) of position T,
+                        new_keys_i (N, H, 1, d_k), new_values_i (N, H, 1, K)
+    tokenizer/          the run's tokenizer
+    export.json         format, format_version, settings, sizes, ids
+
+The step decodes position T = the past's length (0 at the first step, whose
+past is empty) for N = B * k rows: the k consecutive rows of a sentence's
+beams share its row of the cross-attention keys/values and source ids. The
+caller appends the new keys/values to the past.
+
+The search is `numpy_search`'s, the rules of `decoding.search`; batching
+and padding are `Translator`'s (sentences sorted by length, sources padded
+to multiples of 8), so the translations equal `translate`'s on the same
+weights. Nothing here imports Keras or the model's code: only NumPy,
+onnxruntime, the tokenizer and the search settings. (Outside the command
+line, ``import keras_transformer`` itself registers the model's classes with
+Keras, which imports it: the process that translates without Keras at all is
+``keras-transformer translate --onnx DIR``.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from keras_transformer.config import PAD_ID, UNK_ID
+from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.export import numpy_search
+from keras_transformer.version import __version__
+
+FORMAT = "onnx"
+#: The layout of the directory and of the graphs' inputs and outputs; a
+#: change to either is a new version, and a directory of another is refused.
+FORMAT_VERSION = 1
+EXPORT_INFO = "export.json"
+ENCODER = "encoder.onnx"
+DECODER_STEP = "decoder_step.onnx"
+TOKENIZER = "tokenizer"
+
+Hypotheses = list[tuple[str, float]]
+
+
+def encoder_outputs(layers: int) -> list[str]:
+    """The encoder graph's outputs: each decoder layer's cross keys, values."""
+    return [f"cross_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
+
+
+def step_inputs(layers: int) -> list[str]:
+    """The step graph's inputs, in order."""
+    past = [f"past_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
+    return ["token_ids", "source_ids", *past, *encoder_outputs(layers)]
+
+
+def step_outputs(layers: int) -> list[str]:
+    """The step graph's outputs, in order."""
+    new = [f"new_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
+    return ["logits", *new]
+
+
+def read_export_info(directory: str | os.PathLike) -> dict[str, Any]:
+    """`directory`'s export.json, checked to be an ONNX export of this
+    format version.
+
+    Raises:
+        FileNotFoundError: No export.json.
+        ValueError: Unreadable, another format or format version, or a
+            field missing; the message names the file.
+    """
+    path = Path(directory) / EXPORT_INFO
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: {directory} is not an ONNX export "
+            "(keras-transformer export --format onnx)."
+        )
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: unreadable ({error}).") from None
+    if not isinstance(info, dict) or info.get("format") != FORMAT:
+        found = info.get("format") if isinstance(info, dict) else None
+        raise ValueError(
+            f"{path}: a {found!r} export, not an ONNX one (export --format onnx)."
+        )
+    _check_version(path, info)
+    required = ["decoder_layers", "vocab_size", *SearchSettings().to_dict()]
+    missing = [name for name in required if name not in info]
+    if missing:
+        raise ValueError(f"{path}: {', '.join(missing)} missing. {_AGAIN}")
+    return info
+
+
+_AGAIN = (
+    "Export the run again with this version: keras-transformer export --format onnx."
+)
+
+
+def _check_version(path: Path, info: dict[str, Any]) -> None:
+    found = info.get("format_version")
+    if found != FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: format_version {found!r} (written by keras-transformer "
+            f"{info.get('package_version', '?')}), but keras-transformer "
+            f"{__version__} reads format_version {FORMAT_VERSION}. {_AGAIN}"
+        )
+
+
+def export_settings(info: dict[str, Any]) -> SearchSettings:
+    """The `SearchSettings` an export recorded."""
+    return SearchSettings.from_dict(
+        {name: info[name] for name in SearchSettings().to_dict()}
+    )
+
+
+class OnnxTranslator:
+    """An ONNX export loaded for translation: strings in, strings (or n-best
+    lists) out, with any `SearchSettings` (see the module docstring).
+
+    Args:
+        directory: The export's directory.
+        threads: onnxruntime's intra-op threads (None: its default, every
+            core).
+        batch_size: Sentences per search, as `Translator`'s. Defaults to 64.
+
+    Raises:
+        MissingExtraError: onnxruntime is not installed.
+        FileNotFoundError: A file of the export is missing.
+        ValueError: The export is of another format or format version, or
+            its graphs are not the ones its export.json describes.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        threads: int | None = None,
+        batch_size: int = 64,
+    ):
+        from keras_transformer.data.tokenizer import load_tokenizer
+        from keras_transformer.utils.optional_imports import require
+
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(
+                f"batch_size must be an int >= 1. Received: {batch_size!r}"
+            )
+        self.directory = Path(directory)
+        self.info = read_export_info(self.directory)
+        onnxruntime = require("onnxruntime", "onnx", "An ONNX export")
+        layers = self.info["decoder_layers"]
+        self.encoder = _session(
+            onnxruntime, self.directory / ENCODER, threads, ["source_ids"]
+        )
+        self.decoder_step = _session(
+            onnxruntime, self.directory / DECODER_STEP, threads, step_inputs(layers)
+        )
+        _check_outputs(self.encoder, self.directory / ENCODER, encoder_outputs(layers))
+        _check_outputs(
+            self.decoder_step, self.directory / DECODER_STEP, step_outputs(layers)
+        )
+        self._step_inputs = step_inputs(layers)
+        self.tokenizer = load_tokenizer(self.directory / TOKENIZER)
+        if self.tokenizer.vocab_size != self.info["vocab_size"]:
+            raise ValueError(
+                f"{self.directory / TOKENIZER} has {self.tokenizer.vocab_size} "
+                f"pieces but {self.directory / EXPORT_INFO} says vocab_size="
+                f"{self.info['vocab_size']}: not one export. {_AGAIN}"
+            )
+        self.settings = export_settings(self.info)
+        self.batch_size = batch_size
+        self._past_shapes = [
+            tuple(graph_input.shape[1::2])  # (H, d_k) of (N, H, T, d_k).
+            for graph_input in self.decoder_step.get_inputs()[2 : 2 + 2 * layers]
+        ]
+
+    def translate(
+        self, texts: Sequence[str], settings: SearchSettings | None = None
+    ) -> list[str]:
+        """One translation per text, in order; "" for a blank text.
+        `settings` defaults to the export's."""
+        return self._detokenize(
+            [_strip_pad(ids[0]) for ids, _ in self.search(texts, settings)]
+        )
+
+    __call__ = translate
+
+    def nbest(
+        self, texts: Sequence[str], settings: SearchSettings | None = None
+    ) -> list[Hypotheses]:
+        """The search's hypotheses per text, best first, as (translation,
+        score) pairs, as `Translator.nbest` gives them: the score is the
+        length-normalised log-probability (beam) or the total one (greedy);
+        a blank text gets [("", 0.0)]."""
+        results = self.search(texts, settings)
+        strings = iter(
+            self._detokenize([_strip_pad(r) for ids, _ in results for r in ids])
+        )
+        found = []
+        for ids, scores in results:
+            hypotheses = [(next(strings), float(score)) for score in scores]
+            blank = not ids.shape[1]
+            found.append(hypotheses[:1] if blank else real_hypotheses(hypotheses))
+        return found
+
+    def search(
+        self, texts: Sequence[str], settings: SearchSettings | None = None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every hypothesis per text (`Translator.search`): (ids (k, L)
+        int32, up to and including EOS then PAD; scores (k,) float32), best
+        first; a blank text gets (k, 0) ids and zero scores."""
+        settings = self.settings if settings is None else settings
+        settings.check_vocabulary(self.tokenizer.vocab_size)
+        texts = list(texts)
+        encoded = self.tokenizer.encode(texts)
+        k = settings.beam_size
+        results = [(np.zeros((k, 0), np.int32), np.zeros((k,), np.float32))]
+        results *= len(texts)
+        # Similar lengths together, as `Translator` batches them.
+        order = sorted(
+            (i for i, ids in enumerate(encoded) if ids and texts[i].strip()),
+            key=lambda i: len(encoded[i]),
+        )
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            sequences, scores = self._search(
+                pad_batch([encoded[i] for i in chunk]), settings
+            )
+            for row, index in enumerate(chunk):
+                results[index] = (sequences[row], scores[row])
+        return results
+
+    def _search(self, source_ids: np.ndarray, settings: SearchSettings):
+        """(sequences (B, k, L), scores (B, k)) of (B, S) source ids."""
+        k = settings.beam_size
+        limits = numpy_search.output_limits(source_ids, settings.max_extra_length)
+        max_length = source_ids.shape[1] + settings.max_extra_length
+        suppressed = numpy_search.ALWAYS_SUPPRESSED + (
+            () if settings.allow_unk else (UNK_ID,)
+        )
+        past = self.empty_past(len(source_ids) * k)
+        context = self.encode(source_ids)
+        arguments = (self._step, past, context, limits, max_length)
+        if k == 1:
+            return numpy_search.greedy_search(*arguments, suppressed_ids=suppressed)
+        return numpy_search.beam_search(
+            *arguments,
+            beam_size=k,
+            alpha=settings.alpha,
+            early_stopping=settings.early_stopping,
+            suppressed_ids=suppressed,
+        )
+
+    def encode(self, source_ids: np.ndarray) -> list[np.ndarray]:
+        """The decoder steps' context of (B, S) int32 source ids: the ids
+        and each layer's cross-attention keys and values."""
+        return [source_ids, *self.encoder.run(None, {"source_ids": source_ids})]
+
+    def empty_past(self, rows: int) -> list[np.ndarray]:
+        """Each layer's self-attention keys and values before the first
+        step: (rows, H, 0, d) arrays."""
+        return [
+            np.zeros((rows, heads, 0, size), np.float32)
+            for heads, size in self._past_shapes
+        ]
+
+    def decode_step(
+        self, tokens: np.ndarray, past: list[np.ndarray], context: list[np.ndarray]
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Logits (N, V) of (N, 1) new tokens at position T (the past's
+        length), and the past grown by their keys/values; N is B times the
+        beams, a sentence's beams in consecutive rows."""
+        feeds = [tokens, context[0], *past, *context[1:]]
+        logits, *new = self.decoder_step.run(None, dict(zip(self._step_inputs, feeds)))
+        return logits, [np.concatenate(pair, axis=2) for pair in zip(past, new)]
+
+    def _step(self, tokens, step, past, context):
+        return self.decode_step(tokens, past, context)
+
+    def _detokenize(self, outputs: list[np.ndarray]) -> list[str]:
+        """Output ids -> strings; "" for an empty output."""
+        width = max((len(o) for o in outputs), default=0)
+        padded = np.zeros((len(outputs), max(width, 1)), np.int32)
+        for row, ids in enumerate(outputs):
+            padded[row, : len(ids)] = ids
+        texts = self.tokenizer.detokenize(padded) if outputs else []
+        return [text if len(ids) else "" for text, ids in zip(texts, outputs)]
+
+
+def _session(onnxruntime, path: Path, threads: int | None, inputs: list[str]):
+    """An inference session on `path`, refused unless its inputs are `inputs`."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: the export is incomplete. {_AGAIN}")
+    options = onnxruntime.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # Errors only.
+    try:
+        session = onnxruntime.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as error:  # noqa: BLE001 - onnxruntime has its own kinds.
+        raise ValueError(
+            f"{path}: not a readable ONNX graph ({error}). {_AGAIN}"
+        ) from None
+    found = [graph_input.name for graph_input in session.get_inputs()]
+    if found != inputs:
+        raise ValueError(
+            f"{path}: inputs {found}, but format_version {FORMAT_VERSION} has "
+            f"{inputs}. {_AGAIN}"
+        )
+    return session
+
+
+def _check_outputs(session, path: Path, outputs: list[str]) -> None:
+    found = [output.name for output in session.get_outputs()]
+    if found != outputs:
+        raise ValueError(
+            f"{path}: outputs {found}, but format_version {FORMAT_VERSION} has "
+            f"{outputs}. {_AGAIN}"
+        )
+
+
+def real_hypotheses(hypotheses: Hypotheses) -> Hypotheses:
+    """The best, then the others that are real (`Translator`'s rule: a
+    search that finished fewer than k fills its pool with about NEG_INF)."""
+    real = [h for h in hypotheses[1:] if h[1] > numpy_search.NEG_INF / 2]
+    return hypotheses[:1] + real
+
+
+def _strip_pad(ids: np.ndarray) -> np.ndarray:
+    return ids[ids != PAD_ID]
+
+
+def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
+    """Right-pad ragged ids to (B, S) int32, S the longest rounded up to a
+    multiple of 8 (`Translator`'s padding, so the same numbers are summed)."""
+    longest = max((len(s) for s in sequences), default=0)
+    length = max(8, int(math.ceil(longest / 8)) * 8)
+    batch = np.full((len(sequences), length), PAD_ID, np.int32)
+    for row, ids in enumerate(sequences):
+        batch[row, : len(ids)] = ids
+    return batch
