@@ -126,8 +126,10 @@ def locate_store(
 
 
 def _settings(options: PrepareOptions) -> dict[str, Any]:
-    """What, besides the inputs, decides a store's content."""
-    return {
+    """What, besides the inputs, decides a store's content. A given
+    tokenizer (`tokenizer_from`) counts by its SHA-256, so two tokenizers
+    never share a store; its kind and size replace the learning settings."""
+    settings = {
         "tokenizer": options.tokenizer,
         "vocab_size": options.vocab_size,
         "tokenizer_sample": options.tokenizer_sample,
@@ -135,6 +137,28 @@ def _settings(options: PrepareOptions) -> dict[str, Any]:
         "seed": options.seed,
         "lenient_utf8": options.data.lenient_utf8,
     }
+    if options.tokenizer_from is not None:
+        given = given_tokenizer(options.tokenizer_from)
+        del settings["tokenizer_sample"], settings["seed"]  # Nothing is learned.
+        settings.update(
+            tokenizer=given.kind,
+            vocab_size=given.vocab_size,
+            tokenizer_sha256=tokenizer_sha256(Path(options.tokenizer_from)),
+        )
+    return settings
+
+
+def given_tokenizer(directory: str | os.PathLike):
+    """The tokenizer saved in `directory` (`--tokenizer-from`); an error
+    naming the flag and the directory when there is none."""
+    from keras_transformer.data.tokenizer import load_tokenizer
+
+    try:
+        return load_tokenizer(directory)
+    except (OSError, ValueError) as error:
+        raise DataError(
+            f"--tokenizer-from {directory}: no readable tokenizer there ({error})."
+        ) from None
 
 
 def _source_records(sources: dict[str, SplitSource]) -> list[dict[str, Any]]:
@@ -337,18 +361,9 @@ def _write_store(staging: Path, inputs: _Inputs, options: PrepareOptions, log) -
         if name in sources
     }
     train = sources["train"]
-    tokenizer = learn_tokenizer(
-        train.blocks(),
-        train.origin,
-        kind=options.tokenizer,
-        vocab_size=options.vocab_size,
-        sample_size=options.tokenizer_sample,
-        seed=options.seed,
-        log=log,
-    )
     tokenizer_dir = staging / TOKENIZER_DIR
     try:
-        tokenizer.save(tokenizer_dir)
+        tokenizer = _store_tokenizer(tokenizer_dir, train, options, log)
     except OSError as error:
         raise StoreWriteError(tokenizer_dir, error, out) from error
     dtype = token_dtype(tokenizer.vocab_size)
@@ -370,6 +385,31 @@ def _write_store(staging: Path, inputs: _Inputs, options: PrepareOptions, log) -
         splits=splits,
     )
     write_manifest(staging, manifest, out)
+
+
+def _store_tokenizer(tokenizer_dir: Path, train: SplitSource, options, log):
+    """The store's tokenizer, saved in `tokenizer_dir`: learned from the
+    training split, or `tokenizer_from`'s files copied byte for byte (so the
+    store's copy has the same SHA-256 as the one it came from)."""
+    if options.tokenizer_from is None:
+        tokenizer = learn_tokenizer(
+            train.blocks(),
+            train.origin,
+            kind=options.tokenizer,
+            vocab_size=options.vocab_size,
+            sample_size=options.tokenizer_sample,
+            seed=options.seed,
+            log=log,
+        )
+        tokenizer.save(tokenizer_dir)
+        return tokenizer
+    source = Path(options.tokenizer_from)
+    tokenizer_dir.mkdir(parents=True)
+    for path in sorted(source.iterdir()):
+        if path.is_file() and not path.name.startswith("."):
+            shutil.copyfile(path, tokenizer_dir / path.name)
+    log(f"encoding with the tokenizer of {source} (not learning one)")
+    return given_tokenizer(tokenizer_dir)
 
 
 # --- pass 1: the tokenizer's sample ------------------------------------------------

@@ -76,6 +76,12 @@ class PrepareOptions:
     tokenizer: str = tokenizer_setting()
     vocab_size: int = vocab_size_setting()
     tokenizer_sample: int = tokenizer_sample_setting()
+    tokenizer_from: str | None = setting(
+        None,
+        "encode with the tokenizer saved in this directory (a run's tokenizer/, "
+        "a preset's assets/tokenizer/) instead of learning one: --tokenizer "
+        "and --vocab-size are then its own (a fine-tune's data, --init-from)",
+    )
     max_length: int = max_length_setting()
     seed: int = setting(
         0, "seed of the tokenizer's sample", minimum=0, maximum=2**32 - 1

@@ -11,9 +11,14 @@ A checkpoint is two files in the run's `checkpoints/` directory:
   random generators, which Keras's torch dropout draws from; see
   `random_state`), the running sums of the
   epoch's training metrics (so a run resumed mid-epoch reports the whole
-  epoch), and the model file's size and SHA-256.
+  epoch), and the model file's size and SHA-256 (and the sidecar's);
+- `ckpt-00000500.lora.npz`, in a LoRA fine-tune only: each LoRA layer's
+  base kernel and two factors by variable path. Keras saves such a layer's
+  merged kernel (what `translate` needs) but not its parts, and loading it
+  zeroes the factors; the sidecar, applied after `load_weights`, makes the
+  resume exact.
 
-Both are written under a temporary name, flushed to disk and renamed, so a
+Each is written under a temporary name, flushed to disk and renamed, so a
 crash leaves either the old state or the new one; a failed write (a full
 disk) removes what it wrote and raises `RunWriteError` naming the
 file and the step. Temporary files a killed process left behind are
@@ -48,7 +53,8 @@ from keras_transformer.utils.atomic_files import (
 )
 
 _STEM = "ckpt-{step:08d}"
-_NAME = re.compile(r"ckpt-(\d+)\.(keras|json)")
+_NAME = re.compile(r"ckpt-(\d+)\.(keras|json|lora\.npz)")
+_LORA_PARTS = ("_kernel", "lora_kernel_a", "lora_kernel_b")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,10 +73,58 @@ class Checkpoint:
     metric_states: list[list[float]] | None = None
     # The backend's process-wide random state (`random_state`), or None.
     random_state: dict[str, list[str]] | None = None
+    # SHA-256 of the LoRA sidecar (`lora_path`); None when there is none.
+    lora_sha256: str | None = None
 
     @property
     def metadata_path(self) -> Path:
         return self.path.with_suffix(".json")
+
+    @property
+    def lora_path(self) -> Path:
+        return self.path.with_suffix(".lora.npz")
+
+
+def lora_layers(model: keras.Model) -> list:
+    """The model's layers with LoRA enabled (`Dense.enable_lora`)."""
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False)
+        if getattr(layer, "lora_enabled", False)
+    ]
+
+
+def lora_state(model: keras.Model) -> dict[str, np.ndarray]:
+    """What Keras does not save of the LoRA layers: each one's base kernel
+    and factors, by variable path (empty without LoRA)."""
+    state = {}
+    for layer in lora_layers(model):
+        for name in _LORA_PARTS:
+            variable = getattr(layer, name)
+            state[variable.path] = variable_value(variable)
+    return state
+
+
+def restore_lora_state(model: keras.Model, state: dict[str, np.ndarray], where) -> None:
+    """Put `lora_state`'s arrays back; ValueError naming `where` when they
+    are not this model's LoRA variables."""
+    variables = {
+        getattr(layer, name).path: getattr(layer, name)
+        for layer in lora_layers(model)
+        for name in _LORA_PARTS
+    }
+    if set(variables) != set(state):
+        raise ValueError(
+            f"{where} holds the LoRA state of {len(state)} variables, this "
+            f"model has {len(variables)} (another --lora-targets?)"
+        )
+    for path, variable in variables.items():
+        if tuple(state[path].shape) != tuple(variable.shape):
+            raise ValueError(
+                f"{where}: {path} has shape {state[path].shape}, the model's "
+                f"is {tuple(variable.shape)} (another --lora-rank?)"
+            )
+        variable.assign(state[path])
 
 
 def _seed_state_variables(model: keras.Model) -> list:
@@ -200,13 +254,36 @@ def save_checkpoint(
         atomic_write_with(path, model.save)
     except OSError as error:
         raise RunWriteError(path, error, "the checkpoint", step) from error
+    sidecar = path.with_suffix(".lora.npz")
     try:
-        return _write_metadata(model, path, step, run_id, position, metrics)
+        lora_sha256 = _write_lora_sidecar(model, sidecar)
+        return _write_metadata(
+            model, path, step, run_id, position, metrics, lora_sha256
+        )
     except OSError as error:
         # Without its metadata the model file is no checkpoint: remove it.
+        failed = error.filename or path.with_suffix(".json")
         path.unlink(missing_ok=True)
-        metadata = path.with_suffix(".json")
-        raise RunWriteError(metadata, error, "the checkpoint", step) from error
+        sidecar.unlink(missing_ok=True)
+        raise RunWriteError(Path(failed), error, "the checkpoint", step) from error
+
+
+def _write_lora_sidecar(model: keras.Model, path: Path) -> str | None:
+    """Write `lora_state(model)` to `path` (nothing without LoRA); its SHA-256."""
+    state = lora_state(model)
+    if not state:
+        return None
+
+    def write(partial: Path) -> None:
+        try:
+            with open(partial, "wb") as handle:
+                np.savez(handle, **state)
+        except OSError as error:
+            error.filename = error.filename or str(path)
+            raise
+
+    atomic_write_with(path, write)
+    return sha256_file(path)
 
 
 def _write_metadata(
@@ -216,6 +293,7 @@ def _write_metadata(
     run_id: str,
     position: DataPosition,
     metrics: list[list[float]] | None,
+    lora_sha256: str | None = None,
 ) -> Checkpoint:
     checkpoint = Checkpoint(
         path=path,
@@ -231,6 +309,7 @@ def _write_metadata(
         sha256=sha256_file(path),
         metric_states=metrics,
         random_state=random_state(),
+        lora_sha256=lora_sha256,
     )
     record = dataclasses.asdict(checkpoint)
     record["path"] = path.name
@@ -255,6 +334,7 @@ def _read_metadata(path: Path) -> Checkpoint:
             # Absent from checkpoints written before it was recorded.
             metric_states=record.get("metric_states"),
             random_state=record.get("random_state"),
+            lora_sha256=record.get("lora_sha256"),
         )
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{path}: unreadable checkpoint metadata ({error})") from None
@@ -303,6 +383,12 @@ def _check_files(checkpoint: Checkpoint) -> None:
         )
     if sha256_file(path) != checkpoint.sha256:
         raise ValueError(f"{path} does not match the SHA-256 in its metadata")
+    sidecar = checkpoint.lora_path
+    if checkpoint.lora_sha256 is not None:
+        if not sidecar.exists():
+            raise ValueError(f"{sidecar} is missing (its metadata names it)")
+        if sha256_file(sidecar) != checkpoint.lora_sha256:
+            raise ValueError(f"{sidecar} does not match the SHA-256 in its metadata")
 
 
 def restore_checkpoint(model: keras.Model, checkpoint: Checkpoint) -> None:
@@ -314,6 +400,7 @@ def restore_checkpoint(model: keras.Model, checkpoint: Checkpoint) -> None:
         # Keras warns and skips mismatched optimizer state; we want to know.
         warnings.simplefilter("error", UserWarning)
         model.load_weights(checkpoint.path)
+    _restore_lora(model, checkpoint)
     loaded = _iterations(model)
     if loaded != checkpoint.optimizer_iterations:
         raise ValueError(
@@ -329,6 +416,26 @@ def restore_checkpoint(model: keras.Model, checkpoint: Checkpoint) -> None:
     for variable, state in zip(variables, checkpoint.seed_states):
         variable.assign(np.asarray(state).astype(variable.dtype))
     restore_random_state(checkpoint)
+
+
+def _restore_lora(model: keras.Model, checkpoint: Checkpoint) -> None:
+    """After `load_weights`, which put the merged kernels into the LoRA
+    layers' base kernels and zeroed their factors: the parts as they were."""
+    if checkpoint.lora_sha256 is None:
+        if lora_layers(model):
+            raise ValueError(
+                f"{checkpoint.path} has no LoRA sidecar, and this model trains "
+                "LoRA factors: it is not a checkpoint of this fine-tune"
+            )
+        return
+    if not lora_layers(model):
+        raise ValueError(
+            f"{checkpoint.lora_path}: a LoRA checkpoint, and this model has no "
+            "LoRA layers (was --lora-rank dropped?)"
+        )
+    with np.load(checkpoint.lora_path) as saved:
+        state = {name: saved[name] for name in saved.files}
+    restore_lora_state(model, state, checkpoint.lora_path)
 
 
 def restore_latest(
@@ -374,6 +481,7 @@ def prune_checkpoints(directory: str | os.PathLike, run_id: str, keep: int) -> N
     for checkpoint in list_checkpoints(directory, run_id)[:-keep]:
         checkpoint.metadata_path.unlink(missing_ok=True)
         checkpoint.path.unlink(missing_ok=True)
+        checkpoint.lora_path.unlink(missing_ok=True)
     remove_partials(directory)
 
 

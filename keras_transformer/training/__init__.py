@@ -22,6 +22,7 @@ or from a store: `store = prepare_training_store(options)`, then
 - `store`: the token store a run reads, and the tokenizer it takes from it.
 - `model_setup`: the model built and compiled (optimizer, schedule, loss).
 - `job`: `train`, the whole job; `history`: its per-epoch history.
+- `fine_tune`: `--init-from` a trained run or preset, LoRA on its projections.
 - `callbacks`: the callbacks of `fit`, all counting optimizer updates.
 - `distribution`, `accelerators`: data parallelism, and the devices seen.
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import keras
+import numpy as np
 
 from keras_transformer.data.pipeline import DataPosition
 from keras_transformer.data.store_options import with_store_settings
@@ -28,7 +29,7 @@ from keras_transformer.decoding.translator import Translator
 from keras_transformer.parsing.settings import task_search
 from keras_transformer.run import checkpoints
 from keras_transformer.run.checkpoints import RunWriteError
-from keras_transformer.run.directory import RunConflict, RunDirectory
+from keras_transformer.run.directory import RunConflict, RunDirectory, check_vocabulary
 from keras_transformer.training.accelerators import backend_gpus
 from keras_transformer.training.batches import store_batches
 from keras_transformer.training.callbacks import (
@@ -43,14 +44,25 @@ from keras_transformer.training.callbacks import (
     UpdateClock,
 )
 from keras_transformer.training.distribution import DistributionPlan, setup_distribution
+from keras_transformer.training.fine_tune import (
+    enable_lora,
+    fine_tune_config,
+    load_init_weights,
+    merged_model,
+    resolve_init,
+)
 from keras_transformer.training.history import EpochHistory
 from keras_transformer.training.memory import (
     check_memory,
     is_out_of_memory,
     out_of_memory,
 )
-from keras_transformer.training.model_setup import build_model, model_config
-from keras_transformer.training.options import TrainOptions
+from keras_transformer.training.model_setup import (
+    build_model,
+    dtype_policy,
+    model_config,
+)
+from keras_transformer.training.options import TrainOptions, lora_target_names
 from keras_transformer.training.store import (
     log_store,
     prepare_training_store,
@@ -73,10 +85,14 @@ class TrainResult:
 
 
 def run_identity(
-    options: TrainOptions, fingerprint: str, plan: DistributionPlan
+    options: TrainOptions,
+    fingerprint: str,
+    plan: DistributionPlan,
+    init: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every setting that changes the run's trajectory (must match to resume),
-    as the JSON values the manifest stores."""
+    as the JSON values the manifest stores. `init`: a fine-tune's trained
+    model (`InitModel.identity`)."""
     data = dataclasses.asdict(options.data)
     if data["linearization"] == "tags":  # Runs from before it keep their identity.
         del data["linearization"]
@@ -96,6 +112,13 @@ def run_identity(
     }
     if options.task != "translation":  # Runs from before tasks keep their identity.
         identity["task"] = options.task
+    if options.init_from is not None:  # Other runs keep their identity.
+        identity["init_from"] = init
+        identity["lora"] = options.lora_rank and {
+            "rank": options.lora_rank,
+            "alpha": options.lora_alpha,
+            "targets": list(lora_target_names(options.lora_targets)),
+        }
     return json.loads(json.dumps(identity))
 
 
@@ -136,13 +159,20 @@ class _Job:
             removed = self.run.remove_partials()
             if removed:
                 log(f"removed {len(removed)} partial files of an interrupted write")
-        self.store = prepare_training_store(options, plan)
+        self.init = resolve_init(options.init_from) if options.init_from else None
+        if self.init is not None:  # Its flags checked before the data is read.
+            fine_tune_config(self.init, options)
+        tokenizer_from = self.init.tokenizer_dir if self.init else None
+        self.store = prepare_training_store(options, plan, tokenizer_from)
         self.options = options = with_store_settings(options, self.store)
         self.evaluation = {
             name: self.store.eval_corpus(name) for name in ("valid", "test")
         }
         log_store(self.store)
-        self.identity = run_identity(options, self.store.fingerprint, plan)
+        init_identity = self.init.identity() if self.init else None
+        self.identity = run_identity(
+            options, self.store.fingerprint, plan, init_identity
+        )
         self.decision = self.run.check(self.identity, overwrite=options.overwrite)
         # Every process decides before the chief writes anything.
         self.plan.barrier("run-directory-checked")
@@ -151,17 +181,57 @@ class _Job:
         self.tokenizer, self.tokenizer_is_new = run_tokenizer(
             self.run, self.store, self.resuming
         )
-        self.config = model_config(options, self.tokenizer)
+        self.config = self._model_config()
         self._check_stored_config()
         self._check_what_needs_the_model()
         self.data = store_batches(options, self.store, self.plan)
-        self.model = build_model(options, self.config, plan)
+        self.model = build_model(
+            options, self.config, plan, self._fine_tune if self.init else None
+        )
         self.extra_callbacks = list(extra_callbacks)
         self.created = False  # True once `start` has made a new run.
         self.backup: Path | None = None
         self._last_saved: int | None = None
 
     # -- phase 1: checks, in memory ------------------------------------------------
+
+    def _model_config(self):
+        if self.init is None:
+            return model_config(self.options, self.tokenizer)
+        config = fine_tune_config(self.init, self.options)
+        check_vocabulary(self.tokenizer, config.vocab_size, self.init.path, self.run)
+        return config
+
+    def _fine_tune(self, model: keras.Model) -> None:
+        """The trained weights (bit for bit), then LoRA on the targets."""
+        load_init_weights(model, self.init)
+        if self.options.lora_rank:
+            enable_lora(
+                model,
+                self.options.lora_rank,
+                self.options.lora_targets,
+                self.options.lora_alpha,
+            )
+
+    def final_model(self) -> keras.Model:
+        """What `model.keras` holds: the model, or with LoRA the plain model
+        with the factors merged (no LoRA layers downstream)."""
+        if not self.options.lora_rank:
+            return self.model
+        with dtype_policy(self.options.precision):
+            return merged_model(self.model, self.config)
+
+    def describe_model(self) -> str:
+        count = f"{self.model.count_params():,} parameters"
+        if self.init is None:
+            return f"preset {self.options.preset}, {count}"
+        trainable = sum(int(np.prod(v.shape)) for v in self.model.trainable_weights)
+        how = (
+            f"LoRA rank {self.options.lora_rank} on {self.options.lora_targets}"
+            if self.options.lora_rank
+            else "all weights"
+        )
+        return f"fine-tune of {self.init.path} ({how}), {count}, {trainable:,} trained"
 
     def _check_stored_config(self) -> None:
         if self.resuming and self.run.config_path.exists():
@@ -462,7 +532,7 @@ def _train(job: _Job) -> TrainResult:
             f"(epoch {job.start_position.epoch + 1}, batch {job.start_position.index})"
         )
     log(
-        f"model: preset {options.preset}, {model.count_params():,} parameters; "
+        f"model: {job.describe_model()}; "
         f"{len(job.data.train)} batches/epoch, "
         f"{job.data.train.num_target_tokens():,} target tokens/epoch; "
         f"backend {keras.backend.backend()}, {job.plan.describe()}, "
@@ -482,7 +552,7 @@ def _train(job: _Job) -> TrainResult:
     test = None
     if job.plan.is_chief:
         with job.plan.local():
-            run.save_final_model(model, steps)
+            run.save_final_model(job.final_model(), steps)
         run.write_history(merged)
         log(f"{_trained(steps - job.start_step, steps, train_seconds)} -> {run.path}")
         test = _test_score(job)

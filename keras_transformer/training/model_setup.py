@@ -7,6 +7,7 @@ the run's precision and distribution.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -77,12 +78,17 @@ def build_model(
     options: TrainOptions,
     config: TransformerConfig,
     plan: DistributionPlan | None = None,
+    before_compile: Callable[[keras.Model], None] | None = None,
 ) -> keras.Model:
     """Build and compile the model under the options' precision and the
-    plan's distribution (set up the plan first)."""
+    plan's distribution (set up the plan first). `before_compile(model)`
+    runs in between (a fine-tune loads its weights and enables LoRA there,
+    so the optimizer sees the variables that train)."""
     plan = plan or DistributionPlan("none")
     with dtype_policy(options.precision), plan.scope():
         model = build_transformer(config)
+        if before_compile is not None:
+            before_compile(model)
         compile_model(model, config, options)
     return model
 

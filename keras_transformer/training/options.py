@@ -37,6 +37,18 @@ DISTRIBUTE_MODES = ("auto", "none", "mirrored", "multiworker")
 # tokenizer gives source and target one vocabulary of --vocab-size pieces.
 TOKENIZER_OWNED_FIELDS = ("vocab_size", "target_vocab_size")
 
+# What a fine-tune (`--init-from`) may still `--set`: the trained model fixes
+# every size; these change training only (as `TransformerSeq2SeqLM` allows).
+FINE_TUNE_FIELDS = (
+    "dropout_rate",
+    "attention_dropout_rate",
+    "relu_dropout_rate",
+    "label_smoothing",
+    "warmup_steps",
+)
+# The projections `--lora-targets` chooses from (`training.fine_tune`).
+LORA_TARGETS = ("query", "key", "value", "output", "feed_forward")
+
 
 @dataclasses.dataclass
 class TrainOptions:
@@ -117,6 +129,34 @@ class TrainOptions:
     overwrite: bool = setting(
         False, "move an existing run directory aside and start afresh"
     )
+    init_from: str | None = setting(
+        None,
+        "fine-tune: start from this trained run directory or preset directory "
+        "(its sizes, weights and tokenizer; the data is encoded with that "
+        "tokenizer). A fresh Adam restarts the warmup schedule at step 0 with "
+        "the model's warmup_steps (--set warmup_steps=N to change it): new "
+        "optimizer moments need the small first steps again",
+    )
+    lora_rank: int | None = setting(
+        None,
+        "with --init-from: train only rank-R LoRA factors of the chosen "
+        "projections (embeddings, norms, biases frozen); the saved model has "
+        "them merged. None: full fine-tuning",
+        minimum=1,
+    )
+    lora_alpha: float | None = setting(
+        None,
+        "LoRA scale numerator: a projection's update is (alpha / rank) * A @ B; "
+        "none: the rank (a scale of 1)",
+        minimum=0,
+        strict=True,
+    )
+    lora_targets: str = setting(
+        ",".join(LORA_TARGETS),
+        "with --lora-rank: comma list of the projections to adapt, from "
+        + ",".join(LORA_TARGETS)
+        + " (attention query/key/value/output, the feed-forward's two)",
+    )
     verbose: str = setting(
         "auto",
         "fit output: 1 a progress bar, 2 a line per epoch, 0 none; auto: 1 on a "
@@ -125,18 +165,67 @@ class TrainOptions:
     )
 
     def __post_init__(self) -> None:
+        _check_fine_tune(self)  # Before the task fills in its tokenizer.
         _fill_task_defaults(self)
         for field in dataclasses.fields(self):
             check_setting(field, getattr(self, field.name))
         _check_task(self)
         _check_overrides(self.overrides, self.vocab_size)
-        _check_positions(self.preset, self.overrides, self.max_length)
+        if self.init_from is None:  # A fine-tune's positions are the model's.
+            _check_positions(self.preset, self.overrides, self.max_length)
         if self.precision == "mixed_float16" and self.accumulation_steps > 1:
             raise ValueError(
                 "--precision mixed_float16 with --accumulation-steps > 1 is not "
                 "supported: a batch skipped for overflow would shift the "
                 "updates. Use mixed_bfloat16, or no accumulation."
             )
+
+
+def lora_target_names(text: str) -> tuple[str, ...]:
+    """`--lora-targets` as names, refused when empty, repeated or unknown."""
+    names = tuple(name.strip() for name in str(text).split(","))
+    unknown = [name for name in names if name not in LORA_TARGETS]
+    if unknown or len(set(names)) != len(names):
+        raise ValueError(
+            f"--lora-targets {text}: expected a comma list of distinct names "
+            f"from {','.join(LORA_TARGETS)}."
+        )
+    return names
+
+
+def _check_fine_tune(options: TrainOptions) -> None:
+    """`--init-from` takes the model's sizes and tokenizer from the trained
+    model: refuse the flags that would choose them, and LoRA without it."""
+    lora_target_names(options.lora_targets)
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainOptions)}
+    if options.init_from is None:
+        for name in ("lora_rank", "lora_alpha", "lora_targets"):
+            if getattr(options, name) != defaults[name]:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(
+                    f"{flag} fine-tunes a trained model: add --init-from RUN_DIR "
+                    "(or a preset directory) to say which."
+                )
+        return
+    if options.lora_rank is None:
+        for name in ("lora_alpha", "lora_targets"):
+            if getattr(options, name) != defaults[name]:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} applies to LoRA: add --lora-rank R.")
+    # --tokenizer and --vocab-size are checked against the trained model's
+    # (`training.fine_tune`): a store's values come back through `replace`.
+    if options.preset != defaults["preset"]:
+        raise ValueError(
+            f"--preset {options.preset}: with --init-from {options.init_from} "
+            "the model's sizes are the trained model's; drop --preset."
+        )
+    sizes = sorted(set(options.overrides) - set(FINE_TUNE_FIELDS))
+    if sizes:
+        raise ValueError(
+            f"--set {sizes[0]}={options.overrides[sizes[0]]}: with --init-from "
+            f"{options.init_from} the model is the trained one, whose sizes "
+            f"cannot change. A fine-tune may set: {', '.join(FINE_TUNE_FIELDS)}."
+        )
 
 
 def _fill_task_defaults(options: TrainOptions) -> None:

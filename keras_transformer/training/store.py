@@ -8,6 +8,7 @@ tokenizer a run uses).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from keras_transformer.data.datasets import STORE_PREFIX
@@ -32,11 +33,17 @@ from keras_transformer.utils.console import log
 
 
 def prepare_training_store(
-    options: TrainOptions, plan: DistributionPlan | None = None
+    options: TrainOptions,
+    plan: DistributionPlan | None = None,
+    tokenizer_from: Path | None = None,
 ) -> TokenStore:
     """The store `train` reads: `--dataset store:DIR` opened (refused if its
     source files changed since), or the store of the text corpus, prepared
     on first use into the cache and found there by its fingerprint after.
+
+    `tokenizer_from` (a fine-tune's: the trained model's tokenizer
+    directory): the text is encoded with that tokenizer, and a store of
+    another tokenizer is refused.
 
     In a multi-process run the chief (process 0) prepares alone while the
     others wait; then every process maps the same files. A failure on the
@@ -46,9 +53,26 @@ def prepare_training_store(
     if name.startswith(STORE_PREFIX):
         store = open_store(name[len(STORE_PREFIX) :])
     else:
-        store = _prepared_by_the_chief(prepare_options_for(options), plan)
+        prepare = prepare_options_for(options)
+        if tokenizer_from is not None:
+            prepare = dataclasses.replace(prepare, tokenizer_from=str(tokenizer_from))
+        store = _prepared_by_the_chief(prepare, plan)
+    if tokenizer_from is not None:
+        _check_store_tokenizer(store, tokenizer_from)
     check_store_settings(options, store)
     return store
+
+
+def _check_store_tokenizer(store: TokenStore, tokenizer_from: Path) -> None:
+    """A fine-tune's data must be encoded with the trained model's tokenizer."""
+    if tokenizer_sha256(store.tokenizer_dir) != tokenizer_sha256(tokenizer_from):
+        raise ValueError(
+            f"--dataset store:{store.path} was encoded with the tokenizer in "
+            f"{store.tokenizer_dir}, not the one of --init-from "
+            f"({tokenizer_from}): its token ids would mean other pieces. "
+            "Prepare the data with keras-transformer prepare --tokenizer-from "
+            f"{tokenizer_from}, or train on the text files."
+        )
 
 
 def _prepared_by_the_chief(options: PrepareOptions, plan: DistributionPlan):

@@ -1,0 +1,371 @@
+"""`train --init-from`: LoRA and full fine-tuning of a trained run or preset,
+its exact resume, and the bad inputs refused before anything is written."""
+
+from __future__ import annotations
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.data.datasets import DatasetSpec
+from keras_transformer.data.prepare import prepare_store, store_location
+from keras_transformer.data.store_options import PrepareOptions
+from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.export.preset import export_preset
+from keras_transformer.run import checkpoints
+from keras_transformer.run.directory import RunConflict, RunDirectory
+from keras_transformer.training import TrainingInterrupted, TrainOptions, train
+from keras_transformer.training.fine_tune import enable_lora, target_projections
+from keras_transformer.training.model_setup import build_model
+from tests.helpers import predict_logits, training_options, write_training_corpus
+from tests.training.test_job import SignalAtBatch
+
+pytestmark = pytest.mark.slow
+# The TensorFlow suite is CI's longest: it trains the LoRA run and checks
+# its factors and merge; resuming, accumulating and the other routes train
+# in the JAX and torch suites (the same Keras code on every backend).
+not_on_tensorflow = pytest.mark.skipif(
+    keras.backend.backend() == "tensorflow",
+    reason="trained in the JAX and torch suites (CI's TensorFlow suite is its longest)",
+)
+
+RANK = 2
+
+
+@pytest.fixture(scope="module")
+def corpus_files(tmp_path_factory):
+    return write_training_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory, corpus_files):
+    """The trained run every fine-tune starts from (12 updates)."""
+    run_dir = tmp_path_factory.mktemp("base") / "run"
+    train(training_options(run_dir, corpus_files))
+    return run_dir
+
+
+def fine_tune_options(run_dir, corpus_files, base, **changes):
+    """A fine-tune of `base`: the model's sizes are its, so no size --set."""
+    values = dict(overrides={}, vocab_size=4000, init_from=str(base))
+    values.update(changes)
+    return training_options(run_dir, corpus_files, **values)
+
+
+def _projection_count(model) -> int:
+    """Attention: 4 per attention layer; feed-forward: 2 per block."""
+    return 6 * len(model.encoder_blocks) + 10 * len(model.decoder_blocks)
+
+
+class KeepModel(keras.callbacks.Callback):
+    """Keeps the trained model, and its weights when training begins."""
+
+    def on_train_begin(self, logs=None):
+        if not hasattr(self, "first_weights"):
+            self.first_weights = _by_path(self.model)
+
+    def on_train_end(self, logs=None):
+        self.kept = self.model
+
+
+def _by_path(model) -> dict[str, np.ndarray]:
+    return {
+        v.path: np.array(keras.ops.convert_to_numpy(v))
+        for v in model.weights
+        if "lora_kernel" not in v.path
+    }
+
+
+def _load(path):
+    return keras.saving.load_model(path, compile=False)
+
+
+def _kernel_paths(model) -> set[str]:
+    return {dense.kernel.path for dense in target_projections(model, "query,key,"
+            "value,output,feed_forward")}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory, corpus_files, base_run):
+    run_dir = tmp_path_factory.mktemp("lora") / "run"
+    keep = KeepModel()
+    train(fine_tune_options(run_dir, corpus_files, base_run, lora_rank=RANK),
+          callbacks=[keep])  # fmt: skip
+    return run_dir, keep
+
+
+# --- LoRA ------------------------------------------------------------------------
+
+
+def test_lora_changes_each_projection_by_a_low_rank_matrix_and_nothing_else(
+    base_run, lora_run
+):
+    run_dir, keep = lora_run
+    initial = _by_path(_load(RunDirectory(base_run).model_path))
+    final_model = _load(RunDirectory(run_dir).model_path)
+    assert not checkpoints.lora_layers(final_model)  # A plain model.
+    final = _by_path(final_model)
+    targets = _kernel_paths(final_model)
+    assert len(targets) == _projection_count(final_model)
+    assert keep.first_weights.keys() == initial.keys() == final.keys()
+    for path, value in initial.items():
+        np.testing.assert_array_equal(keep.first_weights[path], value, err_msg=path)
+        if path not in targets:
+            np.testing.assert_array_equal(final[path], value, err_msg=path)
+            continue
+        delta = final[path].astype(np.float64) - value
+        assert np.abs(delta).max() > 0, path
+        rank = np.linalg.matrix_rank(delta, tol=1e-4 * np.abs(delta).max())
+        assert rank <= RANK, (path, rank)
+
+
+def test_the_factors_trained_and_the_merged_model_gives_the_same_logits(lora_run):
+    run_dir, keep = lora_run
+    trained = keep.kept
+    assert [v.path for v in trained.trainable_weights if "lora" not in v.path] == []
+    for layer in checkpoints.lora_layers(trained):
+        assert np.abs(keras.ops.convert_to_numpy(layer.lora_kernel_b)).max() > 0
+    rng = np.random.default_rng(0)
+    source = rng.integers(4, 400, size=(2, 9))
+    target = rng.integers(4, 400, size=(2, 7))
+    merged = _load(RunDirectory(run_dir).model_path)
+    np.testing.assert_allclose(
+        predict_logits(merged, source, target),
+        predict_logits(trained, source, target),
+        atol=1e-5,
+        rtol=0,
+    )
+
+
+def test_each_checkpoint_has_its_lora_sidecar_and_translation_loads_it(lora_run):
+    run_dir, _ = lora_run
+    run = RunDirectory(run_dir)
+    saved = run.checkpoints()
+    assert [c.step for c in saved] == [4, 8, 12]
+    assert all(c.lora_sha256 and c.lora_path.is_file() for c in saved)
+    inference = run.open_for_inference(saved[-1].path)  # Merged, plain.
+    assert not checkpoints.lora_layers(inference.model)
+
+
+def test_resume_with_other_lora_settings_is_refused(lora_run, corpus_files, base_run):
+    run_dir, _ = lora_run
+    with pytest.raises(RunConflict):
+        train(fine_tune_options(run_dir, corpus_files, base_run, lora_rank=RANK + 1))
+
+
+@not_on_tensorflow
+def test_an_interrupted_lora_run_resumes_exactly(
+    lora_run, tmp_path, corpus_files, base_run
+):
+    run_dir = tmp_path / "run"
+    options = fine_tune_options(run_dir, corpus_files, base_run, lora_rank=RANK)
+    with pytest.raises(TrainingInterrupted):
+        train(options, callbacks=[SignalAtBatch(7)])
+    run = RunDirectory(run_dir)
+    assert run.checkpoints()[-1].step == 8 and not run.model_path.exists()
+    assert train(options).steps == 12
+    reference = RunDirectory(lora_run[0])
+    for got, expected in zip(run.checkpoints(), reference.checkpoints()):
+        with np.load(got.lora_path) as mine, np.load(expected.lora_path) as theirs:
+            assert mine.files == theirs.files
+            for name in mine.files:
+                np.testing.assert_array_equal(mine[name], theirs[name], err_msg=name)
+    final, uninterrupted = _load(run.model_path), _load(reference.model_path)
+    for got, expected in zip(final.weights, uninterrupted.weights):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(expected)
+        )
+
+
+def test_a_lora_checkpoint_restores_factors_not_zeros(lora_run):
+    """`load_weights` alone zeroes the factors; the sidecar puts them back."""
+    run_dir, keep = lora_run
+    run = RunDirectory(run_dir)
+    options = TrainOptions(overrides={}, init_from=str(run_dir), lora_rank=RANK)
+    model = build_model(
+        options,
+        run.load_config(),
+        before_compile=lambda m: enable_lora(m, RANK, options.lora_targets),
+    )
+    checkpoints.restore_checkpoint(model, run.checkpoints()[-1])
+    for got, expected in zip(model.weights, keep.kept.weights):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(expected)
+        )
+
+
+@not_on_tensorflow
+def test_lora_with_gradient_accumulation(base_run, tmp_path, corpus_files):
+    keep = KeepModel()
+    result = train(
+        fine_tune_options(tmp_path / "run", corpus_files, base_run, lora_rank=1,
+                          accumulation_steps=2, max_steps=2, checkpoint_every=1),
+        callbacks=[keep],
+    )  # fmt: skip
+    assert result.steps == 2
+    assert int(keras.ops.convert_to_numpy(keep.kept.optimizer.iterations)) == 2
+    factors = [layer.lora_kernel_b for layer in checkpoints.lora_layers(keep.kept)]
+    assert all(np.abs(keras.ops.convert_to_numpy(b)).max() > 0 for b in factors)
+    assert [c.step for c in RunDirectory(tmp_path / "run").checkpoints()] == [1, 2]
+
+
+# --- full fine-tuning, presets -------------------------------------------------
+
+
+@not_on_tensorflow
+def test_full_fine_tune_starts_from_the_trained_weights(
+    base_run, tmp_path, corpus_files
+):
+    keep = KeepModel()
+    result = train(
+        fine_tune_options(tmp_path / "run", corpus_files, base_run, max_steps=4,
+                          overrides={"warmup_steps": 10}),
+        callbacks=[keep],
+    )  # fmt: skip
+    assert result.steps == 4
+    initial = _by_path(_load(RunDirectory(base_run).model_path))
+    final = _by_path(_load(RunDirectory(tmp_path / "run").model_path))
+    changed = 0
+    for path, value in initial.items():
+        np.testing.assert_array_equal(keep.first_weights[path], value, err_msg=path)
+        changed += not np.array_equal(final[path], value)
+    assert changed == len(initial)
+    identity = RunDirectory(tmp_path / "run").manifest()["identity"]
+    assert identity["init_from"]["kind"] == "run" and identity["lora"] is None
+
+
+@not_on_tensorflow
+def test_lora_from_a_preset_of_a_lora_run(lora_run, tmp_path, corpus_files):
+    preset = export_preset(lora_run[0], tmp_path / "preset", SearchSettings())
+    keep = KeepModel()
+    result = train(
+        fine_tune_options(tmp_path / "run", corpus_files, preset, max_steps=4,
+                          lora_rank=1, lora_targets="value,feed_forward"),
+        callbacks=[keep],
+    )  # fmt: skip
+    assert result.steps == 4
+    initial = _by_path(_load(RunDirectory(lora_run[0]).model_path))
+    for path, value in initial.items():
+        np.testing.assert_array_equal(keep.first_weights[path], value, err_msg=path)
+    final = _by_path(_load(RunDirectory(tmp_path / "run").model_path))
+    changed = {
+        path for path in initial if not np.array_equal(final[path], initial[path])
+    }
+    assert changed and all(
+        "value_projection" in path or "feed_forward" in path for path in changed
+    )
+
+
+# --- bad input: a clear error, nothing written ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (dict(lora_rank=0), "--lora-rank"),
+        (dict(lora_rank=2, init_from=None), "--lora-rank fine-tunes a trained model"),
+        (dict(lora_targets="query,bias"), "--lora-targets"),
+        (dict(overrides={"d_model": 64}), "--set d_model=64"),
+        (dict(preset="base"), "--preset base"),
+    ],
+)
+def test_bad_fine_tune_options_are_refused(tmp_path, corpus_files, changes, message):
+    values = dict(overrides={}, vocab_size=4000, init_from=str(tmp_path), lora_rank=2)
+    values.update(changes)
+    with pytest.raises(ValueError, match=message):
+        training_options(tmp_path / "run", corpus_files, **values)
+
+
+def _refused(options, error, message):
+    with pytest.raises(error, match=message):
+        train(options)
+    assert not os.path.exists(options.run_dir)
+
+
+def test_a_rank_larger_than_a_projection_is_refused(tmp_path, corpus_files, base_run):
+    options = fine_tune_options(tmp_path / "run", corpus_files, base_run, lora_rank=33)
+    _refused(options, ValueError, r"--lora-rank 33: .*query_projection is 32x32")
+
+
+def test_init_from_neither_a_run_nor_a_preset_is_refused(tmp_path, corpus_files):
+    (tmp_path / "model.keras").write_text("not a model")
+    options = fine_tune_options(tmp_path / "run", corpus_files, tmp_path)
+    _refused(options, ValueError, "is neither a training run .* nor a preset")
+    missing = fine_tune_options(tmp_path / "run", corpus_files, tmp_path / "nothing")
+    _refused(missing, FileNotFoundError, "--init-from .*nothing: no such directory")
+
+
+def test_a_vocabulary_flag_that_disagrees_is_refused(tmp_path, corpus_files, base_run):
+    options = fine_tune_options(
+        tmp_path / "run", corpus_files, base_run, vocab_size=300
+    )
+    _refused(options, ValueError, "--vocab-size 300: --init-from")
+
+
+def test_a_store_of_another_tokenizer_is_refused(tmp_path, corpus_files, base_run):
+    text = training_options(tmp_path / "unused", corpus_files)
+    store = prepare_store(
+        PrepareOptions(out=str(tmp_path / "store"), data=text.data, vocab_size=350)
+    )
+    options = fine_tune_options(
+        tmp_path / "run", corpus_files, base_run,
+        data=DatasetSpec(name=f"store:{store.path}"),
+    )  # fmt: skip
+    _refused(options, ValueError, f"store:{store.path} was encoded with .*{base_run}")
+    # Text encoded with either tokenizer goes to a store of its own.
+    trained = RunDirectory(base_run).tokenizer_dir
+    where = {
+        store_location(PrepareOptions(data=text.data, tokenizer_from=str(given)))
+        for given in (trained, store.tokenizer_dir, trained)
+    }
+    assert len(where) == 2
+
+
+def test_a_store_prepared_with_the_trained_tokenizer_is_taken(
+    tmp_path, corpus_files, base_run
+):
+    text = training_options(tmp_path / "unused", corpus_files)
+    tokenizer = RunDirectory(base_run).tokenizer_dir
+    store = prepare_store(
+        PrepareOptions(out=str(tmp_path / "store"), data=text.data,
+                       tokenizer_from=str(tokenizer), max_length=32)
+    )  # fmt: skip
+    assert store.settings["vocab_size"] == 400
+    options = fine_tune_options(
+        tmp_path / "run", corpus_files, base_run, max_steps=1, lora_rank=1,
+        data=DatasetSpec(name=f"store:{store.path}"),
+    )  # fmt: skip
+    assert train(options).steps == 1
+
+
+def test_the_trained_config_comes_from_the_init_run(base_run, tmp_path, corpus_files):
+    train(fine_tune_options(tmp_path / "run", corpus_files, base_run, max_steps=1,
+                            lora_rank=1, overrides={"dropout_rate": 0.0}))  # fmt: skip
+    config = RunDirectory(tmp_path / "run").load_config()
+    expected = RunDirectory(base_run).load_config().replace(dropout_rate=0.0)
+    assert isinstance(config, TransformerConfig) and config == expected
+
+
+def test_pruning_removes_the_sidecars_and_a_missing_one_is_damage(tmp_path):
+    from keras_transformer import build_transformer
+    from keras_transformer.data.pipeline import DataPosition
+    from tests.helpers import small_config
+
+    model = build_transformer(small_config())
+    enable_lora(model, 2, "query,value")
+    model.compile(optimizer="adam")
+    model.optimizer.build(model.trainable_variables)
+    for step in (1, 2, 3):
+        checkpoints.save_checkpoint(
+            model, tmp_path, step=step, run_id="r", position=DataPosition()
+        )
+    checkpoints.prune_checkpoints(tmp_path, "r", keep=1)
+    names = sorted(path.name for path in tmp_path.iterdir())
+    assert names == [f"ckpt-00000003.{end}" for end in ("json", "keras", "lora.npz")]
+    (kept,) = checkpoints.list_checkpoints(tmp_path)
+    assert checkpoints.is_intact(kept)
+    kept.lora_path.unlink()
+    assert not checkpoints.is_intact(kept)
