@@ -37,15 +37,16 @@ def _quantizable(layer) -> bool:
     return isinstance(layer, (keras.layers.Dense, ScaledEmbedding))
 
 
-def quantize_model(model, mode: str | None):
+def quantize_model(model, mode: str | None, flag: str = "--quantize"):
     """Quantize `model`'s projections and embeddings in place to `mode`
-    (see the module docstring); None leaves it as it is. Returns `model`."""
-    check_quantize_mode(mode)
+    (see the module docstring); None leaves it as it is. Returns `model`.
+    `flag` is the option errors name."""
+    check_quantize_mode(mode, flag)
     if mode is None:
         return model
     if model.dtype_policy.name != "float32":
         raise ValueError(
-            f"--quantize {mode} needs a float32 model; this one computes in "
+            f"{flag} {mode} needs a float32 model; this one computes in "
             f"{model.dtype_policy.name}."
         )
     with warnings.catch_warnings():

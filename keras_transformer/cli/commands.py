@@ -256,15 +256,15 @@ def _onnx_translator(args: argparse.Namespace):
     settings, as a function of the lines. Imports no Keras."""
     from keras_transformer.export.onnx_translator import OnnxTranslator
 
-    given = [
-        flag
-        for flag in ("run_dir", "preset", "model", "quantize")
-        if getattr(args, flag)
-    ]
+    given = [flag for flag in ("run_dir", "preset", "model") if getattr(args, flag)]
     if given:
         raise ValueError(
-            f"--onnx and {flag_name(given[0])} both name a model: pass one "
-            "(an ONNX export holds its float32 weights)."
+            f"--onnx and {flag_name(given[0])} both name a model: pass one."
+        )
+    if args.quantize:
+        raise ValueError(
+            "--quantize does not apply to --onnx: an ONNX export runs the float32 "
+            "weights it holds (for int8: --run-dir R --quantize int8)."
         )
     settings = _search_settings(args)  # Refused before the export loads.
     translator = OnnxTranslator(args.onnx)
@@ -399,8 +399,30 @@ def _average(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_export_flags(args: argparse.Namespace) -> None:
+    """The flags of one format only, refused for the others (no run needed)."""
+    if args.format == "ctranslate2":
+        return
+    if args.max_positions is not None:
+        raise ValueError("--max-positions applies to --format ctranslate2 only.")
+    if args.quantization in (None, "float32") or args.format == "savedmodel":
+        return  # A SavedModel takes int8 (checked by its exporter) or float32.
+    how = {
+        "preset": "a preset is quantized as it loads: translate, evaluate or "
+        "serve --preset DIR --quantize int8",
+        "onnx": "translate --onnx and serve --engine onnx run the float32 "
+        "weights it holds; for int8 use --format savedmodel --quantization "
+        "int8, or translate --run-dir R --quantize int8",
+    }[args.format]
+    raise ValueError(
+        f"--quantization applies to --format ctranslate2 (its weight types) and "
+        f"savedmodel (int8); a {args.format} export holds float32 weights: {how}."
+    )
+
+
 def _export(args: argparse.Namespace) -> int:
     settings = _search_settings(args)
+    _check_export_flags(args)
     _check_run_task(_run(args), "translation")  # The exports translate text.
     if args.format == "ctranslate2":
         from keras_transformer.export import export_ctranslate2
@@ -418,15 +440,6 @@ def _export(args: argparse.Namespace) -> int:
             f"CTranslate2 model written to {path} (how to call it: {path}/export.json)"
         )
         return 0
-    if args.max_positions is not None:
-        raise ValueError("--max-positions applies to --format ctranslate2 only.")
-    if args.quantization is not None and args.format != "savedmodel":
-        raise ValueError(
-            "--quantization applies to --format ctranslate2 (its weight types) "
-            f"and savedmodel (int8); a {args.format} export holds float32 "
-            "weights. A preset is quantized as it loads: translate, evaluate or "
-            "serve --preset DIR --quantize int8."
-        )
     if args.format == "onnx":
         from keras_transformer.export.onnx import export_onnx
 
@@ -449,7 +462,8 @@ def _export(args: argparse.Namespace) -> int:
         args.out,
         settings,
         model=args.model,
-        quantize=args.quantization,  # Refused unless int8, naming the flag.
+        # int8, or float32 (the default) as None; others refused, named.
+        quantize=None if args.quantization == "float32" else args.quantization,
     )
     print(f"SavedModel written to {path} (signatures: see {path}/assets/export.json)")
     return 0

@@ -79,8 +79,8 @@ class PrepareOptions:
     tokenizer_from: str | None = setting(
         None,
         "encode with the tokenizer saved in this directory (a run's tokenizer/, "
-        "a preset's assets/tokenizer/) instead of learning one: --tokenizer "
-        "and --vocab-size are then its own (a fine-tune's data, --init-from)",
+        "a preset's assets/tokenizer/) instead of learning one (a fine-tune's "
+        "data, --init-from); the flags of the learning are then refused",
     )
     max_length: int = max_length_setting()
     seed: int = setting(
@@ -98,11 +98,38 @@ class PrepareOptions:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             check_setting(field, getattr(self, field.name))
+        if self.tokenizer_from is not None:
+            _refuse_learning_flags(self)
         if self.data.name.startswith("store:"):
             raise ValueError(
                 f"--dataset {self.data.name} is already a store; prepare reads "
                 "text (builtin, multi30k, files, tfds:NAME)."
             )
+
+
+#: The settings of learning a tokenizer, which `tokenizer_from` replaces.
+LEARNING_SETTINGS = ("tokenizer", "vocab_size", "tokenizer_sample", "seed")
+
+
+def _refuse_learning_flags(options: PrepareOptions) -> None:
+    """A tokenizer loaded from a directory is not learned: a learning flag
+    given with it would be ignored, so it is an error."""
+    defaults = {field.name: field.default for field in dataclasses.fields(options)}
+    for name in LEARNING_SETTINGS:
+        if getattr(options, name) != defaults[name]:
+            raise ValueError(
+                f"{flag_name(name)} {getattr(options, name)} sets how a tokenizer "
+                f"is learned; --tokenizer-from {options.tokenizer_from} encodes "
+                f"with the one saved there: drop {flag_name(name)}."
+            )
+
+
+def with_tokenizer_from(options: PrepareOptions, directory: str) -> PrepareOptions:
+    """`options` encoding with the tokenizer in `directory` (learning settings
+    back at their defaults: the loaded tokenizer has its own)."""
+    defaults = {field.name: field.default for field in dataclasses.fields(options)}
+    learning = {name: defaults[name] for name in LEARNING_SETTINGS}
+    return dataclasses.replace(options, tokenizer_from=directory, **learning)
 
 
 def prepare_options_for(options: Any) -> PrepareOptions:

@@ -45,22 +45,22 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from keras_transformer.decoding.settings import SearchSettings, search_settings
-from keras_transformer.export.common import export_record, open_run
+from keras_transformer.export.common import (
+    child_main,
+    export_in_child,
+    export_record,
+    open_run,
+)
 from keras_transformer.run.directory import InferenceRun, RunDirectory
 from keras_transformer.utils.atomic_files import atomic_directory
 
 EXPORT_INFO = "export.json"
 IDS_ONLY = "ids_only"
 SIGNATURES = ("translate", "translate_ids", "nbest", "info")
-_CHILD_ERRORS = {
-    error.__name__: error
-    for error in (ValueError, FileNotFoundError, FileExistsError, ImportError)
-}
 
 
 def export_translator(
@@ -129,7 +129,7 @@ def _export_saved_model(
 ):
     from keras_transformer.quantization import quantize_model
 
-    quantize_model(run.model, quantize)
+    quantize_model(run.model, quantize, "--quantization")
     atomic_directory(
         out, lambda staging: _write_saved_model(run, staging, settings, quantize)
     )
@@ -146,24 +146,12 @@ def _export_in_child(
         "settings": settings.to_dict(),
         "quantize": quantize,
     }
-    env = dict(os.environ, KERAS_BACKEND="tensorflow")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    module = "keras_transformer.export.savedmodel"
-    result = subprocess.run(
-        [sys.executable, "-m", module, json.dumps(request)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
-        detail = lines[-1] if lines else f"exit status {result.returncode}"
-        kind, _, message = detail.partition(": ")
-        if kind in _CHILD_ERRORS:  # The child's own clear message.
-            raise _CHILD_ERRORS[kind](message)
-        if "No module named" in detail:
-            _require_tensorflow()
-        raise RuntimeError(f"Export under TensorFlow failed: {detail}")
+    try:
+        export_in_child("keras_transformer.export.savedmodel", request, "tensorflow")
+    except RuntimeError as error:
+        if "No module named" in str(error):
+            _require_tensorflow()  # Names the extra to install.
+        raise
 
 
 def _write_saved_model(
@@ -264,22 +252,16 @@ class SavedModelTranslator:
         ]
 
 
-def _child_main(argv: list[str]) -> int:
+def _export_request(request: dict) -> None:
+    """The child's side of `_export_in_child`."""
     from keras_transformer.registry import register_keras_objects
 
     register_keras_objects()  # model.keras names the package's classes.
-    request = json.loads(argv[0])
-    try:
-        _require_tensorflow()
-        run = RunDirectory(request["run_dir"]).open_for_inference(request["model"])
-        settings = SearchSettings.from_dict(request["settings"])
-        _export_saved_model(run, Path(request["out"]), settings, request["quantize"])
-    except tuple(_CHILD_ERRORS.values()) as error:
-        message = str(error).replace("\n", " ")
-        print(f"{type(error).__name__}: {message}", file=sys.stderr)
-        return 2
-    return 0
+    _require_tensorflow()
+    run = RunDirectory(request["run_dir"]).open_for_inference(request["model"])
+    settings = SearchSettings.from_dict(request["settings"])
+    _export_saved_model(run, Path(request["out"]), settings, request["quantize"])
 
 
 if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1:]))
+    sys.exit(child_main(sys.argv[1:], _export_request))

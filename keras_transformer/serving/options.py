@@ -68,8 +68,9 @@ class ServeOptions:
     )
     threads: int = setting(
         0,
-        "CTranslate2 engine: intra-op threads per batch decoding (0: the cores "
-        "this process may use, less one for the HTTP side, shared by the workers)",
+        "CTranslate2 and ONNX engines: intra-op threads per batch decoding (0: "
+        "the cores this process may use, less one for the HTTP side, shared by "
+        "the workers)",
         minimum=0,
     )
 

@@ -219,11 +219,7 @@ def enable_lora(
 def freeze_all_but_lora(model: keras.Model) -> None:
     """Only the LoRA factors stay trainable: embeddings, norms, biases and
     the base kernels are frozen (per variable, so the layers still run)."""
-    factors = {
-        id(getattr(layer, name))
-        for layer in lora_layers(model)
-        for name in ("lora_kernel_a", "lora_kernel_b")
-    }
+    factors = _factor_ids(model)
     for variable in model.weights:
         if id(variable) not in factors:
             variable.trainable = False
@@ -233,12 +229,9 @@ def merged_model(model: keras.Model, config: TransformerConfig) -> keras.Model:
     """A plain `Transformer` (uncompiled: a LoRA run's optimizer state is the
     factors') whose projection kernels are `model`'s with the factors merged,
     as Keras merges them when it saves a LoRA layer."""
-    merged = {}
-    for layer in lora_layers(model):
-        delta = keras.ops.matmul(layer.lora_kernel_a, layer.lora_kernel_b)
-        scale = layer.lora_alpha / layer.lora_rank
-        merged[id(layer._kernel)] = keras.ops.add(layer._kernel, scale * delta)
-    factors = {id(v) for layer in lora_layers(model) for v in _factors(layer)}
+    # A LoRA Dense's `kernel` is the merged one: _kernel + (alpha / rank) A B.
+    merged = {id(layer._kernel): layer.kernel for layer in lora_layers(model)}
+    factors = _factor_ids(model)
     values = [
         np.asarray(keras.ops.convert_to_numpy(merged.get(id(variable), variable)))
         for variable in model.weights
@@ -249,5 +242,10 @@ def merged_model(model: keras.Model, config: TransformerConfig) -> keras.Model:
     return plain
 
 
-def _factors(layer) -> tuple:
-    return layer.lora_kernel_a, layer.lora_kernel_b
+def _factor_ids(model: keras.Model) -> set[int]:
+    """The ids of the LoRA factor variables of `model`."""
+    return {
+        id(factor)
+        for layer in lora_layers(model)
+        for factor in (layer.lora_kernel_a, layer.lora_kernel_b)
+    }

@@ -116,8 +116,10 @@ def run_identity(
         identity["init_from"] = init
         identity["lora"] = options.lora_rank and {
             "rank": options.lora_rank,
-            "alpha": options.lora_alpha,
-            "targets": list(lora_target_names(options.lora_targets)),
+            # As the layers see them: order and an alpha equal to the rank
+            # spelled out or not are the same run.
+            "alpha": float(options.lora_alpha or options.lora_rank),
+            "targets": sorted(lora_target_names(options.lora_targets)),
         }
     return json.loads(json.dumps(identity))
 

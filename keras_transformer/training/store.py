@@ -8,7 +8,6 @@ tokenizer a run uses).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from keras_transformer.data.datasets import STORE_PREFIX
@@ -18,6 +17,7 @@ from keras_transformer.data.store_options import (
     PrepareOptions,
     check_store_settings,
     prepare_options_for,
+    with_tokenizer_from,
 )
 from keras_transformer.data.text_files import DataError
 from keras_transformer.data.token_store import (
@@ -55,7 +55,8 @@ def prepare_training_store(
     else:
         prepare = prepare_options_for(options)
         if tokenizer_from is not None:
-            prepare = dataclasses.replace(prepare, tokenizer_from=str(tokenizer_from))
+            # Its --tokenizer and --vocab-size were checked against the model.
+            prepare = with_tokenizer_from(prepare, str(tokenizer_from))
         store = _prepared_by_the_chief(prepare, plan)
     if tokenizer_from is not None:
         _check_store_tokenizer(store, tokenizer_from)

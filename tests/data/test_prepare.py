@@ -585,3 +585,20 @@ def test_sources_are_hashed_once_per_version_of_the_file(tmp_path, monkeypatch):
     source.write_text(source.read_text(encoding="utf-8") + "One more.\n", "utf-8")
     assert prepare._Inputs.of(options).key != first
     assert [str(path) for path in hashed[4:]] == [str(source)]  # Only the changed one.
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("vocab_size", 123),
+        ("tokenizer_sample", 7),
+        ("seed", 3),
+        ("tokenizer", "wordpiece"),
+    ],
+)
+def test_tokenizer_from_refuses_the_flags_of_learning_one(tmp_path, flag, value):
+    with pytest.raises(ValueError) as caught:
+        PrepareOptions(tokenizer_from=str(tmp_path), **{flag: value})
+    dashed = "--" + flag.replace("_", "-")
+    assert f"{dashed} {value} sets how a tokenizer is learned" in str(caught.value)
+    assert f"--tokenizer-from {tmp_path}" in str(caught.value)

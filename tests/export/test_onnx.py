@@ -271,9 +271,13 @@ def test_an_export_in_a_child_process_reports_its_error(run_dir, tmp_path, monke
 def test_export_command_refuses_what_onnx_does_not_take(tmp_path, capsys):
     argv = ["export", "--run-dir", str(tmp_path), "--out", str(tmp_path / "o")]
     assert main([*argv, "--format", "onnx", "--quantization", "int8"]) == 2
-    assert "--quantization applies to" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "--quantization applies to" in error
+    assert "translate --onnx and serve --engine onnx run the float32" in error
     assert main(["translate", "--onnx", str(tmp_path), "--run-dir", "r"]) == 2
     assert "--onnx and --run-dir both name a model" in capsys.readouterr().err
+    assert main(["translate", "--onnx", str(tmp_path), "--quantize", "int8"]) == 2
+    assert "--quantize does not apply to --onnx" in capsys.readouterr().err
 
 
 def test_export_command_calls_the_onnx_exporter(tmp_path, capsys, monkeypatch):
