@@ -9,6 +9,8 @@
 - `compile`: each backend's compiler for the search, and the persistent
   compilation caches.
 - `evaluation`: sacreBLEU and chrF, and the paper's tokenized BLEU.
+- `batching`: which texts a search gets, in what order (NumPy only: the
+  ONNX export's translator shares it).
 
 Importing this package loads nothing heavy; each public name below loads its
 module on first use.

@@ -9,6 +9,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.config import PAD_ID
+from keras_transformer.decoding.batching import length_order, unsearched
 from keras_transformer.decoding.generator import SequenceGenerator, smaller_batch_size
 from keras_transformer.decoding.search import NEG_INF
 from keras_transformer.decoding.settings import SearchSettings, search_settings
@@ -90,14 +91,8 @@ class Translator:
         being searched (see `SequenceGenerator`), its result unfinished."""
         texts = list(texts)
         encoded = self.tokenizer.encode(texts)
-        k = self.settings.beam_size
-        results = [(np.zeros((k, 0), np.int32), np.zeros((k,), np.float32))]
-        results *= len(texts)
-        # Similar lengths together: less padding, fewer distinct shapes.
-        order = sorted(
-            (i for i, ids in enumerate(encoded) if ids and texts[i].strip()),
-            key=lambda i: len(encoded[i]),
-        )
+        results = unsearched(len(texts), self.settings.beam_size)
+        order = length_order(texts, encoded)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
             rows = [encoded[i] for i in chunk]

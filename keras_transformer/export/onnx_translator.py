@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from keras_transformer.config import PAD_ID, UNK_ID
+from keras_transformer.decoding.batching import length_order, unsearched
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.export import numpy_search
 from keras_transformer.version import __version__
@@ -227,14 +228,8 @@ class OnnxTranslator:
         settings.check_vocabulary(self.tokenizer.vocab_size)
         texts = list(texts)
         encoded = self.tokenizer.encode(texts)
-        k = settings.beam_size
-        results = [(np.zeros((k, 0), np.int32), np.zeros((k,), np.float32))]
-        results *= len(texts)
-        # Similar lengths together, as `Translator` batches them.
-        order = sorted(
-            (i for i, ids in enumerate(encoded) if ids and texts[i].strip()),
-            key=lambda i: len(encoded[i]),
-        )
+        results = unsearched(len(texts), settings.beam_size)
+        order = length_order(texts, encoded)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
             sequences, scores = self._search(
