@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from keras_transformer.config import BOS_ID
-from keras_transformer.decoding.translator import Translator
 from keras_transformer.layers import ScaledEmbedding
 from keras_transformer.model import build_transformer
 from keras_transformer.quantization import (
@@ -138,7 +137,4 @@ def test_a_trained_model_predicts_the_same_tokens_in_int8(trained_run):
     assert difference.mean() < 0.05
     agreement = (actual.argmax(-1) == expected.argmax(-1))[real].mean()
     assert agreement >= 0.95
-    # The compiled search runs on the int8 model as it is.
-    sources = [source for source, _ in pairs]
-    outputs = Translator(run.model, run.tokenizer, beam_size=2)(sources)
-    assert len(outputs) == len(sources)
+    # The compiled search on an int8 model: tests/cli/test_decoding_commands.py.

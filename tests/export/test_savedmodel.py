@@ -193,20 +193,24 @@ def test_exported_translate_equals_translator(run_dir, exports, held_out, beam_s
 def test_an_int8_export_translates_as_the_int8_model(run_dir, held_out, tmp_path):
     from keras_transformer.quantization import quantize_model
 
-    sentences, _ = held_out
+    sentences = held_out[0][:20]  # Greedy, 20 sentences: CI's longest suite.
     path = export_translator(
-        run_dir, tmp_path / "int8", max_extra_length=EXTRA, quantize="int8"
+        run_dir,
+        tmp_path / "int8",
+        beam_size=1,
+        max_extra_length=EXTRA,
+        quantize="int8",
     )
     served = run_isolated(TRANSLATE, str(path), json.dumps(sentences))
     assert served["info"]["quantization"] == "int8"
     run = RunDirectory(run_dir)
     model = quantize_model(run.load_model(), "int8")
-    expected = Translator(model, run.load_tokenizer(), max_extra_length=EXTRA)(
-        sentences
-    )
+    expected = Translator(
+        model, run.load_tokenizer(), beam_size=1, max_extra_length=EXTRA
+    )(sentences)
     # Not all equal, unlike float32: the activations are rounded to int8 at
     # run time, and the SavedModel's graph (no XLA) and the compiled search
-    # round a few values on either side of a step (49 of 50 equal on TF).
+    # round a few values on either side of a step (49 of 50 at beam 4 on TF).
     same = sum(a == b for a, b in zip(served["translations"], expected))
     assert same >= 0.9 * len(sentences)
 
