@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +183,15 @@ def _search_settings(args: argparse.Namespace, task: str = "translation"):
     )
 
 
-def _translator(args: argparse.Namespace, task: str = "translation"):
+def _translator(
+    args: argparse.Namespace,
+    task: str = "translation",
+    *,
+    sampling=None,
+    ensemble: Sequence[str] = (),
+):
+    """The `Translator` of the model flags; with `ensemble` (paths), of the
+    run's model and those together."""
     from keras_transformer.decoding.translator import Translator
 
     settings = _search_settings(args, task)  # Refused before the model loads.
@@ -190,13 +200,65 @@ def _translator(args: argparse.Namespace, task: str = "translation"):
         from keras_transformer.task.seq2seq_lm import TransformerSeq2SeqLM
 
         lm = TransformerSeq2SeqLM.from_preset(args.preset)
-        return Translator(_quantized(lm.backbone, args), lm.tokenizer, settings)
+        model = _quantized(lm.backbone, args)
+        return Translator(model, lm.tokenizer, settings, sampling=sampling)
     run = _run(args)
     _check_run_task(run, task)
     if run.tree_words:  # Its targets hold <unk> for rare words (linearize).
         settings = settings.replace(allow_unk=True)
     run = run.open_for_inference(args.model)
-    return Translator(_quantized(run.model, args), run.tokenizer, settings)
+    model = _quantized(run.model, args)
+    if ensemble:
+        from keras_transformer.decoding.ensemble import open_ensemble
+
+        model = open_ensemble(run, list(ensemble))
+    return Translator(model, run.tokenizer, settings, sampling=sampling)
+
+
+def _guides(args: argparse.Namespace, translator, count: int):
+    """The --constraints and --target-prefix files, read against the input
+    (None when neither is given)."""
+    if not (args.constraints or args.target_prefix):
+        return None
+    from keras_transformer.decoding.constraints import read_constraints, read_prefixes
+
+    options = {
+        "allow_unk": translator.settings.allow_unk,
+        "input_name": args.input or "<stdin>",
+        "lenient_utf8": args.lenient_utf8,
+    }
+    constraints = prefixes = None
+    if args.constraints:
+        constraints = read_constraints(
+            args.constraints, count, translator.tokenizer, **options
+        )
+    if args.target_prefix:
+        prefixes = read_prefixes(
+            args.target_prefix, count, translator.tokenizer, **options
+        )
+    return constraints, prefixes
+
+
+def _records(args: argparse.Namespace, translator, lines, guides) -> list[dict]:
+    options = {"n_best": args.n_best, "alignment_layer": args.alignment_layer}
+    if guides is not None:
+        options["constraints"], options["prefixes"] = guides
+    return translator.generate(lines, **options)
+
+
+def _report_unmet(records: list[dict], args: argparse.Namespace) -> None:
+    """Name each input line whose constraints no translation could meet
+    (the translation is still written: the best one found)."""
+    for number, record in enumerate(records, 1):
+        unmet = record.get("constraints", {}).get("unmet")
+        if unmet:
+            print(
+                f"keras-transformer translate: warning: {args.constraints}:"
+                f"{number}: no translation within the length limit contains "
+                f"{', '.join(repr(p) for p in unmet)}; wrote the best one "
+                "found without it.",
+                file=sys.stderr,
+            )
 
 
 def _quantized(model, args: argparse.Namespace):
@@ -242,13 +304,75 @@ def _read_stdin(args: argparse.Namespace) -> list[str]:
 
 
 def _translate(args: argparse.Namespace) -> int:
+    sampling = _decoder_features(args)  # Refused before anything loads.
     translate = _onnx_translator(args) if args.onnx else None
     lines = _read_lines(args.input, args) if args.input else _read_stdin(args)
     from keras_transformer.data.text_files import lines_text
 
-    translate = translate or _translator(args)
-    sys.stdout.write(lines_text(translate(lines), "<stdout>"))
+    if translate is not None:
+        sys.stdout.write(lines_text(translate(lines), "<stdout>"))
+        return 0
+    translator = _translator(args, sampling=sampling, ensemble=args.ensemble)
+    guides = _guides(args, translator, len(lines))
+    if args.format == "text" and guides is None:
+        sys.stdout.write(lines_text(translator(lines), "<stdout>"))
+        return 0
+    records = _records(args, translator, lines, guides)
+    if args.format == "text":
+        texts = [record["translation"] for record in records]
+        sys.stdout.write(lines_text(texts, "<stdout>"))
+    else:
+        for record in records:
+            sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
+    _report_unmet(records, args)
     return 0
+
+
+def _decoder_features(args: argparse.Namespace):
+    """The `SamplingSettings` of translate's flags, after refusing the
+    feature flags that do not go together (nothing is loaded yet)."""
+    from keras_transformer.decoding.sampling import SamplingSettings
+
+    names = [field.name for field in dataclasses.fields(SamplingSettings)]
+    sampling = SamplingSettings(**{name: getattr(args, name) for name in names})
+    features = {
+        "--format jsonl": args.format == "jsonl",
+        "--sampling": sampling.is_sampling,
+        "--ensemble": bool(args.ensemble),
+        "--constraints": bool(args.constraints),
+        "--target-prefix": bool(args.target_prefix),
+    }
+    used = [flag for flag, on in features.items() if on]
+    if args.onnx and used:
+        raise ValueError(
+            f"{', '.join(used)} cannot be used with --onnx: an ONNX export "
+            "translates to plain text with the search flags only. Use --run-dir."
+        )
+    if args.format != "jsonl":
+        for flag, given in (
+            ("--n-best", args.n_best),
+            ("--alignment-layer", args.alignment_layer is not None),
+            ("--num-samples above 1", sampling.samples > 1),
+        ):
+            if given:
+                raise ValueError(
+                    f"{flag} needs --format jsonl: plain text keeps one "
+                    "translation per input line."
+                )
+    guided = args.constraints or args.target_prefix
+    if guided and sampling.is_sampling:
+        raise ValueError(
+            "--constraints and --target-prefix work with the search, not "
+            "--sampling: drop one of them."
+        )
+    if args.ensemble and args.preset:
+        raise ValueError("--ensemble needs --run-dir (not --preset) for the run.")
+    if args.ensemble and args.quantize:
+        raise ValueError(
+            "--quantize does not apply to --ensemble: an ensemble decodes "
+            "float32 models."
+        )
+    return sampling
 
 
 def _onnx_translator(args: argparse.Namespace):

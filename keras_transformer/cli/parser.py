@@ -376,8 +376,9 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--api-key-file",
-        help="a file holding a key: every request but /healthz and /readyz then "
-        "needs 'Authorization: Bearer KEY' (default: no key)",
+        help="a file holding a key: every request but /healthz, /readyz and the "
+        "demo page's files then needs 'Authorization: Bearer KEY'; the page "
+        "asks for the key (default: no key)",
     )
     parser.add_argument(
         "--log-format",
@@ -402,6 +403,58 @@ def _add_translate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", help="file to translate (default: stdin)")
     _add_quantize_argument(parser)
     _add_lenient_argument(parser)
+    _add_decoder_feature_arguments(parser)
+
+
+def _add_decoder_feature_arguments(parser: argparse.ArgumentParser) -> None:
+    """translate's output details, sampling, ensembles and constraints."""
+    from keras_transformer.decoding.sampling import UNSET_MEANS, SamplingSettings
+
+    parser.add_argument(
+        "--format",
+        choices=("text", "jsonl"),
+        default="text",
+        help="text: one translation per line; jsonl: one JSON object per line "
+        "with the score, tokens, token log-probabilities and word alignment "
+        "(docs/decoding.md) (default: text)",
+    )
+    parser.add_argument(
+        "--n-best",
+        action="store_true",
+        help="jsonl: add every hypothesis of the beam with its score",
+    )
+    parser.add_argument(
+        "--alignment-layer",
+        type=int,
+        help="jsonl: the decoder layer whose cross-attention gives the word "
+        "alignment (negative: from the last) (default: the last)",
+    )
+    for field in dataclasses.fields(SamplingSettings):
+        if field.name in UNSET_MEANS:  # None: not given (refused if unused).
+            _add_option(parser, field, None, UNSET_MEANS[field.name])
+        else:
+            _add_option(parser, field)
+    parser.add_argument(
+        "--ensemble",
+        nargs="+",
+        metavar="MODEL_OR_RUN",
+        default=[],
+        help="decode with these models too (run directories or .keras files "
+        "sharing the run's tokenizer), averaging their log-probabilities at "
+        "every step",
+    )
+    parser.add_argument(
+        "--constraints",
+        metavar="FILE",
+        help="one line per input: target phrases separated by tabs that the "
+        "translation must contain (an empty line: none)",
+    )
+    parser.add_argument(
+        "--target-prefix",
+        metavar="FILE",
+        help="one line per input: the text the translation must start with "
+        "(an empty line: none)",
+    )
 
 
 def _add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:

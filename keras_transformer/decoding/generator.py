@@ -18,6 +18,7 @@ from keras import ops, tree
 from keras_transformer.config import UNK_ID
 from keras_transformer.decoding import search
 from keras_transformer.decoding.compile import compile_function
+from keras_transformer.decoding.sampling import SamplingSettings, draw_tokens
 from keras_transformer.decoding.settings import SearchSettings, search_settings
 
 
@@ -85,10 +86,17 @@ class SequenceGenerator:
         drop_finished: run in segments and drop rows that are done.
             Defaults to True; False runs the whole search as one program.
         segment_steps: decoding steps per segment. Defaults to 8.
+        sampling: `SamplingSettings` to draw tokens at random instead of
+            taking the argmax (beam size 1 only); each call then needs the
+            rows' uniform numbers (`sampling.uniform_numbers`). Defaults to
+            None: no sampling.
         **changes: `SearchSettings` fields to change (`beam_size=1`).
 
     Call arguments:
         source_ids: (B, S) int ids, pad 0.
+        abandoned: see `__call__`.
+        uniform: with sampling, (B, S + max_extra_length) float32 numbers
+            in [0, 1) the rows draw with.
 
     Returns:
         (sequences (B, k, L) int32 numpy, scores (B, k) float32 numpy), best
@@ -104,9 +112,18 @@ class SequenceGenerator:
         jit: bool = True,
         drop_finished: bool = True,
         segment_steps: int = 8,
+        sampling: SamplingSettings | None = None,
         **changes,
     ):
         settings = search_settings(settings, **changes)
+        if sampling is not None and not sampling.is_sampling:
+            sampling = None
+        if sampling is not None and not settings.is_greedy:
+            raise ValueError(
+                f"--sampling {sampling.sampling} draws one token at a time for "
+                f"each sample; it needs --beam-size 1 (not {settings.beam_size}). "
+                "For several samples per input use --num-samples."
+            )
         if not isinstance(segment_steps, int) or segment_steps < 1:
             raise ValueError(
                 f"segment_steps must be an int >= 1. Received: {segment_steps!r}"
@@ -119,6 +136,7 @@ class SequenceGenerator:
         self.cached = cached
         self.drop_finished = drop_finished
         self.segment_steps = segment_steps
+        self.sampling = sampling
         self.suppressed_ids = search.ALWAYS_SUPPRESSED + (
             () if settings.allow_unk else (UNK_ID,)
         )
@@ -134,13 +152,13 @@ class SequenceGenerator:
     allow_unk = property(lambda self: self.settings.allow_unk)
     early_stopping = property(lambda self: self.settings.early_stopping)
 
-    def search(self, source_ids):
+    def search(self, source_ids, uniform=None):
         """The uncompiled search on tensors: (B, S) int32 source ids ->
         (sequences (B, k, L), scores (B, k)) tensors. B and S may be dynamic
         (a TensorFlow graph with unknown dimensions)."""
-        return self.result(self.advance(self.start(source_ids)))
+        return self.result(self.advance(self.start(source_ids, uniform)))
 
-    def start(self, source_ids, growing_cache: bool = False):
+    def start(self, source_ids, uniform=None, growing_cache: bool = False):
         """Encode (B, S) sources and set up the search: returns the carry, a
         dict of tensors whose leading axis is B or B * k ("step" aside).
 
@@ -168,7 +186,9 @@ class SequenceGenerator:
         else:
             carry["memory"] = ops.repeat(memory, k, axis=0) if k > 1 else memory
             state = ops.full((rows, max_length + 1), search.BOS_ID, "int32")
-        if k == 1:
+        if self.sampling is not None:
+            carry["loop"] = search.sampling_start(state, limits, max_length, uniform)
+        elif k == 1:
             carry["loop"] = search.greedy_start(state, limits, max_length)
         else:
             carry["loop"] = search.beam_start(state, limits, max_length, beam_size=k)
@@ -188,7 +208,12 @@ class SequenceGenerator:
         settings = {"stop_step": stop_step, "suppressed_ids": self.suppressed_ids}
         if self.beam_size == 1:
             loop = search.greedy_advance(
-                step_fn, carry["loop"], carry["limits"], max_length, **settings
+                step_fn,
+                carry["loop"],
+                carry["limits"],
+                max_length,
+                draw=self._draw_fn(),
+                **settings,
             )
         else:
             loop = search.beam_advance(
@@ -202,6 +227,17 @@ class SequenceGenerator:
                 **settings,
             )
         return {**carry, "loop": loop}
+
+    def _draw_fn(self):
+        """`draw` of `search.greedy_advance`: None (argmax) without sampling."""
+        if self.sampling is None:
+            return None
+        return functools.partial(
+            draw_tokens,
+            top_k=self.sampling.k,
+            top_p=self.sampling.p,
+            temperature=self.sampling.draw_temperature,
+        )
 
     def result(self, carry):
         """(sequences (B, k, L), scores (B, k)) of a carry, best first."""
@@ -249,22 +285,37 @@ class SequenceGenerator:
         carry = self.advance(carry, stop_step)
         return carry, self.active(carry), *self.result(carry)
 
-    def __call__(self, source_ids, abandoned=None):
+    def __call__(self, source_ids, abandoned=None, uniform=None):
         """(sequences, scores) of (B, S) source ids. `abandoned`: a callable
         giving (B,) bools, read between segments: rows it marks True (their
         caller left) stop there, as finished rows do, and their outputs are
         whatever they had (the whole search, without `drop_finished`,
         ignores it)."""
         source_ids = np.asarray(source_ids, np.int32)
+        uniform = self._uniform(source_ids, uniform)
         if not self.drop_finished:
-            sequences, scores = self._run(ops.convert_to_tensor(source_ids))
+            sequences, scores = self._run(ops.convert_to_tensor(source_ids), uniform)
             return ops.convert_to_numpy(sequences), ops.convert_to_numpy(scores)
-        return self._search_in_segments(source_ids, abandoned)
+        return self._search_in_segments(source_ids, abandoned, uniform)
 
-    def _search_in_segments(self, source_ids, abandoned=None):
+    def _uniform(self, source_ids: np.ndarray, uniform):
+        """The sampling rows' numbers as a tensor (None without sampling),
+        checked against the batch's shape."""
+        if self.sampling is None:
+            return None
+        shape = (source_ids.shape[0], source_ids.shape[1] + self.max_extra_length)
+        if uniform is None or np.shape(uniform) != shape:
+            got = None if uniform is None else np.shape(uniform)
+            raise ValueError(
+                f"Sampling needs uniform numbers of shape {shape} (rows, source "
+                f"length + max_extra_length). Received: {got}"
+            )
+        return ops.convert_to_tensor(np.asarray(uniform, np.float32))
+
+    def _search_in_segments(self, source_ids, abandoned=None, uniform=None):
         batch_size = source_ids.shape[0]
         max_length = source_ids.shape[1] + self.max_extra_length
-        carry = self._start(ops.convert_to_tensor(source_ids))
+        carry = self._start(ops.convert_to_tensor(source_ids), uniform)
         rows = np.arange(batch_size)  # Each carry row's input row; -1: filler.
         sequences = scores = None
         step = 0
@@ -299,12 +350,18 @@ class SequenceGenerator:
         caches grow to, and a segment at each smaller batch size the search
         shrinks to. A server calls it before it says it is ready."""
         source_ids = np.asarray(source_ids, np.int32)
+        uniform = None
+        if self.sampling is not None:
+            length = source_ids.shape[1] + self.max_extra_length
+            uniform = self._uniform(
+                source_ids, np.zeros((source_ids.shape[0], length), np.float32)
+            )
         if not self.drop_finished:
-            self._run(ops.convert_to_tensor(source_ids))
+            self._run(ops.convert_to_tensor(source_ids), uniform)
             return
         batch_size = source_ids.shape[0]
         max_length = source_ids.shape[1] + self.max_extra_length
-        carry = self._start(ops.convert_to_tensor(source_ids))
+        carry = self._start(ops.convert_to_tensor(source_ids), uniform)
         lengths = [max_length]
         if self.cached and batch_size > SMALL_BATCH:
             lengths = [

@@ -115,6 +115,13 @@ def greedy_start(state, limits, max_length: int, *, bos_id: int = BOS_ID):
     }
 
 
+def sampling_start(state, limits, max_length: int, uniform, *, bos_id: int = BOS_ID):
+    """The loop state of a sampling search: greedy's, with the (N, L)
+    float32 numbers in [0, 1) that step t of row n draws with."""
+    loop = greedy_start(state, limits, max_length, bos_id=bos_id)
+    return {**loop, "uniform": ops.cast(uniform, "float32")}
+
+
 def greedy_active(loop):
     """(B,) bool: the rows that still decode."""
     return ops.logical_not(loop["finished"])
@@ -134,10 +141,16 @@ def greedy_advance(
     stop_step=None,
     eos_id: int = EOS_ID,
     suppressed_ids: Sequence[int] = ALWAYS_SUPPRESSED,
+    draw: Callable | None = None,
 ):
     """Run greedy steps from `loop` until every row finished, or the step
     index reaches `max_length` or `stop_step` (a scalar, for searches run in
-    segments). Returns the new loop state."""
+    segments). Returns the new loop state.
+
+    `draw(log_probs (N, V), uniform (N,)) -> (N,) int32` replaces the argmax
+    to sample (see `decoding.sampling`); the loop then needs its "uniform"
+    numbers (`sampling_start`). Scores stay the model's log-probabilities
+    of the tokens chosen."""
     last_step = _last_step(max_length, stop_step)
 
     def cond(loop):
@@ -148,14 +161,19 @@ def greedy_advance(
         logits, state = step_fn(loop["tokens"], step, loop["state"])
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
         log_probs = suppress(log_probs, suppressed_ids)
-        best = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
-        best_log_prob = ops.max(log_probs, axis=-1)
+        if draw is None:
+            best = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
+            best_log_prob = ops.max(log_probs, axis=-1)
+        else:
+            best = draw(log_probs, ops.take(loop["uniform"], step, axis=1))
+            best_log_prob = ops.take_along_axis(log_probs, best[:, None], 1)[:, 0]
         tokens = ops.where(finished, PAD_ID, best)
         scores = loop["scores"] + ops.where(finished, 0.0, best_log_prob)
         outputs = ops.slice_update(loop["outputs"], [0, step], tokens[:, None])
         done = ops.logical_or(ops.equal(tokens, eos_id), step + 1 >= limits)
         return (
             {
+                **loop,
                 "step": step + 1,
                 "tokens": tokens[:, None],
                 "outputs": outputs,

@@ -9,8 +9,10 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.config import PAD_ID
+from keras_transformer.decoding import scoring
 from keras_transformer.decoding.batching import length_order, unsearched
 from keras_transformer.decoding.generator import SequenceGenerator, smaller_batch_size
+from keras_transformer.decoding.sampling import SamplingSettings, uniform_numbers
 from keras_transformer.decoding.search import NEG_INF
 from keras_transformer.decoding.settings import SearchSettings, search_settings
 
@@ -40,6 +42,10 @@ class Translator:
         drop_finished: sentences that are done leave the batch as the search
             goes (see `SequenceGenerator`); the translations are the same.
             Defaults to True.
+        sampling: `SamplingSettings` to draw translations at random (top-k,
+            top-p) instead of searching; each text then gets
+            `num_samples` samples in place of the beam's hypotheses.
+            Defaults to None: the search.
         **changes: `SearchSettings` fields to change (`beam_size=1`).
 
     Example:
@@ -57,6 +63,7 @@ class Translator:
         batch_size: int = 64,
         jit: bool = True,
         drop_finished: bool = True,
+        sampling: SamplingSettings | None = None,
         **changes,
     ):
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -71,11 +78,24 @@ class Translator:
             search_settings(settings, **changes),
             jit=jit,
             drop_finished=drop_finished,
+            sampling=sampling,
         )
+        self._constrained = None  # Made on first use (`generate`).
 
     @property
     def settings(self) -> SearchSettings:
         return self.generator.settings
+
+    @property
+    def sampling(self) -> SamplingSettings | None:
+        return self.generator.sampling
+
+    @property
+    def hypotheses_per_text(self) -> int:
+        """The beam's k, or with sampling the samples per text."""
+        if self.sampling is not None:
+            return self.sampling.samples
+        return self.settings.beam_size
 
     def __call__(self, texts: Sequence[str]) -> list[str]:
         return self.translate(texts)
@@ -91,21 +111,40 @@ class Translator:
         being searched (see `SequenceGenerator`), its result unfinished."""
         texts = list(texts)
         encoded = self.tokenizer.encode(texts)
-        results = unsearched(len(texts), self.settings.beam_size)
-        order = length_order(texts, encoded)
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
-            rows = [encoded[i] for i in chunk]
+        results = unsearched(len(texts), self.hypotheses_per_text)
+        samples = 1 if self.sampling is None else self.sampling.samples
+        # Sampling searches each text `samples` times, a row each.
+        units = [(i, n) for i in length_order(texts, encoded) for n in range(samples)]
+        found: dict[int, list] = {}
+        for start in range(0, len(units), self.batch_size):
+            chunk = units[start : start + self.batch_size]
+            rows = [encoded[i] for i, _ in chunk]
             # A short last batch is completed to a size the search also
             # shrinks to, so no extra shape compiles (and a lone sentence
             # is not searched as a full batch).
             size = smaller_batch_size(self.batch_size, len(rows))
             rows += [[]] * (size - len(rows))
-            gone = None if abandoned is None else _rows_of(abandoned, chunk, size)
-            sequences, scores = self.generator(pad_batch(rows), gone)
-            for row, index in enumerate(chunk):
-                results[index] = (sequences[row], scores[row])
+            indices = [i for i, _ in chunk]
+            gone = None if abandoned is None else _rows_of(abandoned, indices, size)
+            source = pad_batch(rows)
+            uniform = self._uniform(source, chunk, size)
+            sequences, scores = self.generator(source, gone, uniform)
+            for row, index in enumerate(indices):
+                found.setdefault(index, []).append((sequences[row], scores[row]))
+        for index, parts in found.items():
+            results[index] = _joined(parts)
         return results
+
+    def _uniform(self, source: np.ndarray, chunk, size: int):
+        """The numbers the batch's rows draw with (None without sampling)."""
+        if self.sampling is None:
+            return None
+        filler = [(-1, 0)] * (size - len(chunk))
+        sentences, samples = zip(*(list(chunk) + filler))
+        length = source.shape[1] + self.settings.max_extra_length
+        return uniform_numbers(
+            self.sampling.draw_seed, list(sentences), list(samples), length
+        )
 
     def translate_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Best output ids per text (up to and including EOS)."""
@@ -132,6 +171,169 @@ class Translator:
             blank = not ids.shape[1]
             nbest.append(hypotheses[:1] if blank else real_hypotheses(hypotheses))
         return nbest
+
+    def generate(
+        self,
+        texts: Sequence[str],
+        *,
+        n_best: bool = False,
+        alignment_layer: int | None = None,
+        constraints: Sequence[Sequence[Sequence[int]]] | None = None,
+        prefixes: Sequence[Sequence[int]] | None = None,
+    ) -> list[dict]:
+        """Translations with their details, one dict per text, in order:
+
+        - "translation", "score" (what the search ranks by) and
+          "normalization" (how that score is normalised);
+        - "tokens" (the output's pieces, EOS included) and "token_scores"
+          (the model's log-probability of each; they sum to the sentence's
+          unnormalised log-probability);
+        - "alignment": "i-j" pairs, source word i to target word j, 0-based
+          over whitespace-separated words (`decoding.scoring`), from the
+          cross-attention of `alignment_layer` (default the last);
+        - with `n_best`, "n_best": every hypothesis of the search as
+          {"translation", "score"}, best first;
+        - with sampling and `num_samples` > 1, "samples": each sample as a
+          dict of the fields above; the top-level fields are the first's.
+
+        `constraints` (per text, phrases as token ids) and `prefixes` (per
+        text, token ids) run the constrained beam search instead
+        (`decoding.constraints`, scores GNMT-normalised at every beam size,
+        `n_best` its best hypothesis only); each text's record then has
+        "constraints": {"satisfied", "unmet"} (the unmet phrases' text, and
+        "prefix" when the prefix did not fit). A text whose constraints no
+        hypothesis met within the length limit gets the best one found,
+        reported so, never an error.
+        """
+        texts = list(texts)
+        layer = scoring.alignment_layer(
+            self.model.config.num_decoder_layers, alignment_layer
+        )
+        guided = constraints is not None or prefixes is not None
+        if guided:
+            results, reports = self._guided_search(texts, constraints, prefixes)
+        else:
+            results, reports = self.search(texts), None
+        sources = self.tokenizer.encode(texts)
+        normalization = self._normalization(guided)
+        shown = self.hypotheses_per_text if self.sampling is not None else 1
+        wanted = [
+            (index, rank)
+            for index, (ids, _) in enumerate(results)
+            for rank in range(min(shown, len(ids)))
+            if ids.shape[1]
+        ]
+        details = self._details(sources, results, wanted, layer)
+        records = []
+        for index, (ids, scores) in enumerate(results):
+            hypotheses = [
+                details.get((index, rank), _blank_details())
+                | {"score": float(scores[rank]), "normalization": normalization}
+                for rank in range(shown)
+            ]
+            record = dict(hypotheses[0])
+            if n_best:
+                record["n_best"] = [
+                    {"translation": text, "score": score}
+                    for text, score in self._hypotheses(ids, scores)
+                ]
+            if shown > 1:
+                record["samples"] = hypotheses
+            if reports is not None:
+                record["constraints"] = reports[index]
+            records.append(record)
+        return records
+
+    def _guided_search(self, texts, constraints, prefixes):
+        """`search`'s results by the constrained beam search (its best
+        hypothesis per text), and per text {"satisfied", "unmet"}."""
+        from keras_transformer.decoding.constraints import ConstrainedGenerator
+
+        if self._constrained is None:
+            self._constrained = ConstrainedGenerator(self.model, self.settings)
+        texts = list(texts)
+        constraints = constraints or [[] for _ in texts]
+        prefixes = prefixes or [[] for _ in texts]
+        encoded = self.tokenizer.encode(texts)
+        results = unsearched(len(texts), 1)
+        reports = [self._report(phrases, [], False) for phrases in constraints]
+        order = length_order(texts, encoded)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            size = smaller_batch_size(self.batch_size, len(chunk))
+            filler = [[]] * (size - len(chunk))
+            found = self._constrained(
+                pad_batch([encoded[i] for i in chunk] + filler),
+                [constraints[i] for i in chunk] + filler,
+                [prefixes[i] for i in chunk] + filler,
+            )
+            for index, result in zip(chunk, found):
+                ids = np.asarray(result.ids, np.int32)[None]
+                results[index] = (ids, np.asarray([result.score], np.float32))
+                reports[index] = self._report(
+                    constraints[index], result.unmet, not result.prefix_complete
+                )
+        for index in range(len(texts)):  # A blank text meets nothing.
+            if not results[index][0].shape[1] and (
+                constraints[index] or prefixes[index]
+            ):
+                reports[index] = self._report(
+                    constraints[index],
+                    range(len(constraints[index])),
+                    bool(prefixes[index]),
+                )
+        return results, reports
+
+    def _report(self, phrases, unmet, prefix_unmet: bool) -> dict:
+        """{"satisfied", "unmet"}: the unmet phrases as text, and "prefix"
+        when the forced prefix did not fit."""
+        unmet = sorted(set(unmet))
+        texts = self._detokenize([np.asarray(phrases[i], np.int32) for i in unmet])
+        report = {"satisfied": not unmet and not prefix_unmet, "unmet": texts}
+        if prefix_unmet:
+            report["prefix"] = "unmet"
+        return report
+
+    def _normalization(self, guided: bool) -> str:
+        """How the search's score is normalised, in words (the constrained
+        search normalises at every beam size)."""
+        if guided or (self.sampling is None and not self.settings.is_greedy):
+            alpha = self.settings.alpha
+            return f"log-probability / ((5 + length) / 6) ** {alpha} (GNMT)"
+        return "log-probability (none)"
+
+    def _hypotheses(self, ids: np.ndarray, scores: np.ndarray):
+        if not ids.shape[1]:
+            return [("", 0.0)]
+        texts = self._detokenize([_strip_pad(row) for row in ids])
+        return real_hypotheses([(t, float(s)) for t, s in zip(texts, scores)])
+
+    def _details(self, sources, results, wanted, layer) -> dict:
+        """Translation, tokens, token scores and alignment of each (text,
+        hypothesis rank) in `wanted`, teacher-forced in batches."""
+        details = {}
+        pieces = self.tokenizer.id_to_piece
+        for start in range(0, len(wanted), self.batch_size):
+            chunk = wanted[start : start + self.batch_size]
+            outputs = [_strip_pad(results[i][0][rank]).tolist() for i, rank in chunk]
+            source_rows = [sources[i] for i, _ in chunk]
+            forced = scoring.token_details(self.model, source_rows, outputs, layer)
+            strings = self._detokenize([np.asarray(o, np.int32) for o in outputs])
+            for key, source, output, text, (log_probs, attention) in zip(
+                chunk, source_rows, outputs, strings, forced
+            ):
+                words = scoring.strip_eos(output)
+                details[key] = {
+                    "translation": text,
+                    "tokens": [pieces(i) for i in output],
+                    "token_scores": [float(x) for x in log_probs],
+                    "alignment": scoring.word_alignment(
+                        attention,
+                        scoring.piece_words(self.tokenizer, source),
+                        scoring.piece_words(self.tokenizer, words),
+                    ),
+                }
+        return details
 
     def _detokenize(self, outputs: list[np.ndarray]) -> list[str]:
         """Output ids -> strings; "" for an empty output."""
@@ -177,6 +379,24 @@ def _rows_of(abandoned, chunk: list[int], size: int):
         return flags
 
     return gone
+
+
+def _blank_details() -> dict:
+    """The details of a blank text's (unsearched) translation."""
+    return {"translation": "", "tokens": [], "token_scores": [], "alignment": []}
+
+
+def _joined(parts: list) -> tuple[np.ndarray, np.ndarray]:
+    """One text's results from its rows, (ids (1, L_i), scores (1,)) each,
+    as (ids (n, max L_i), scores (n,)): a beam search gives one part, a
+    sampling search one per sample (batches of other lengths)."""
+    if len(parts) == 1:
+        return parts[0]
+    width = max(ids.shape[1] for ids, _ in parts)
+    ids = np.zeros((len(parts), width), np.int32)
+    for row, (part, _) in enumerate(parts):
+        ids[row, : part.shape[1]] = part[0]
+    return ids, np.concatenate([scores for _, scores in parts])
 
 
 def _strip_pad(ids: np.ndarray) -> np.ndarray:

@@ -95,6 +95,6 @@ def range_text(field: dataclasses.Field) -> str:
 
 def _bound_text(maximum: int) -> str:
     """4294967295 -> '4294967295 (< 2**32)': the range as people know it."""
-    if (maximum + 1) & maximum == 0:
+    if isinstance(maximum, int) and maximum > 255 and (maximum + 1) & maximum == 0:
         return f"{maximum} (< 2**{maximum.bit_length()})"
     return str(maximum)

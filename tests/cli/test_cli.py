@@ -447,7 +447,7 @@ def test_a_translation_with_a_line_break_stays_on_its_line(
     source.write_text("eins\nzwei\ndrei\n", encoding="utf-8")
     translations = ["one", "two\nlines", "three"]
     monkeypatch.setattr(
-        commands, "_translator", lambda args: lambda lines: translations
+        commands, "_translator", lambda args, **_: lambda lines: translations
     )
     output = tmp_path / "hyp.txt"
     if command == "translate":
