@@ -211,7 +211,7 @@ def _translator(
     if ensemble:
         from keras_transformer.decoding.ensemble import open_ensemble
 
-        model = open_ensemble(run, list(ensemble))
+        model = open_ensemble(run, list(ensemble), model=model)
     return Translator(model, run.tokenizer, settings, sampling=sampling)
 
 
