@@ -21,6 +21,7 @@ from keras_transformer.data.tokenizer import (
     load_tokenizer,
     train_tokenizer,
 )
+from keras_transformer.decoding.sampling import SamplingSettings
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.metrics import with_token_loss
@@ -240,22 +241,42 @@ class TransformerSeq2SeqLM(keras.Model):
     # -- generation --------------------------------------------------------
 
     def generate(
-        self, texts: str | Sequence[str], *, batch_size: int = 64, **changes: Any
-    ) -> str | list[str]:
+        self,
+        texts: str | Sequence[str],
+        *,
+        batch_size: int = 64,
+        sampling: SamplingSettings | None = None,
+        details: bool = False,
+        n_best: bool = False,
+        **changes: Any,
+    ) -> str | list[str] | dict | list[dict]:
         """Translations of `texts` (one string gives one string), with the
         model's search settings changed by `changes` (`beam_size=1` for
         greedy search, `alpha`, `max_extra_length`, ...). Equal to
-        `keras-transformer translate` with the same settings."""
+        `keras-transformer translate` with the same settings.
+
+        `sampling` draws them (`SamplingSettings`, with `beam_size=1`);
+        `details` or `n_best` give a dict per text instead of a string: the
+        score, tokens, token log-probabilities and word alignment
+        (`Translator.generate`, `translate --format jsonl`)."""
         self._need_preprocessor("generate")
         single = isinstance(texts, str)
         texts = [texts] if single else _check_texts(texts)
         settings = self.search_settings.replace(**changes)
-        key = (settings, batch_size)
+        key = (settings, batch_size, sampling)
         if key not in self._translators:
             self._translators[key] = Translator(
-                self.backbone, self.tokenizer, settings, batch_size=batch_size
+                self.backbone,
+                self.tokenizer,
+                settings,
+                batch_size=batch_size,
+                sampling=sampling,
             )
-        outputs = self._translators[key](texts)
+        translator = self._translators[key]
+        if details or n_best:
+            outputs = translator.generate(texts, n_best=n_best)
+        else:
+            outputs = translator(texts)
         return outputs[0] if single else outputs
 
     def _need_preprocessor(self, what: str) -> None:

@@ -186,6 +186,19 @@ def test_generate_takes_one_string_and_search_changes(fitted):
         task.generate(["a"], beam_wdth=2)
 
 
+def test_generate_gives_details_and_samples_as_translate_does(fitted):
+    from keras_transformer.decoding.sampling import SamplingSettings
+
+    task, _ = fitted
+    plain = task.generate("the dog sleeps .", beam_size=4)
+    record = task.generate("the dog sleeps .", beam_size=4, details=True, n_best=True)
+    assert record["translation"] == plain == record["n_best"][0]["translation"]
+    assert len(record["token_scores"]) == len(record["tokens"])
+    top_1 = SamplingSettings(sampling="top-k", top_k=1)
+    sampled = task.generate(["the dog sleeps ."], beam_size=1, sampling=top_1)
+    assert sampled == task.generate(["the dog sleeps ."], beam_size=1)
+
+
 def test_a_keras_file_round_trip_keeps_the_tokenizer_and_the_outputs(fitted, tmp_path):
     task, _ = fitted
     task.save(tmp_path / "task.keras")
