@@ -155,3 +155,32 @@ def test_positions_beyond_the_table_fail_clearly(tokenizer, tmp_path):
     assert len(pieces) > 8
     with pytest.raises(RuntimeError, match="No position encodings"):
         translator.translate_batch([pieces], max_input_length=0)
+
+
+def test_a_forced_prefix_decodes_alike_in_ctranslate2(tokenizer, tmp_path):
+    """`--target-prefix` and CTranslate2's `target_prefix`: the prefix's
+    pieces, then the same greedy continuation."""
+    model = build_transformer(
+        small_config(vocab_size=tokenizer.vocab_size, dropout_rate=0.0)
+    )
+    directory = save_spec(model, tokenizer, tmp_path / "ct2")
+    settings = SearchSettings(beam_size=1, alpha=0.0, max_extra_length=EXTRA)
+    prefix_texts = ["the old", "water", "a child", "the"]
+    prefixes = tokenizer.encode(prefix_texts)
+    translator = Translator(model, tokenizer, settings)
+    records = translator.generate(SENTENCES, prefixes=prefixes)
+    piece_ids = {tokenizer.id_to_piece(i): i for i in range(tokenizer.vocab_size)}
+    ct2 = ctranslate2.Translator(str(directory), intra_threads=1)
+    options = translate_batch_options(tokenizer, settings)
+    for record, sentence, prefix in zip(records, SENTENCES, prefixes):
+        pieces = [tokenizer.id_to_piece(i) for i in tokenizer.encode([sentence])[0]]
+        result = ct2.translate_batch(
+            [pieces],
+            target_prefix=[[tokenizer.id_to_piece(i) for i in prefix]],
+            **options,
+            max_decoding_length=len(pieces) + EXTRA,
+            return_end_token=True,
+        )
+        theirs = [piece_ids[piece] for piece in result[0].hypotheses[0]]
+        assert theirs[: len(prefix)] == prefix
+        assert record["tokens"] == [tokenizer.id_to_piece(i) for i in theirs]
