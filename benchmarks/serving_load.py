@@ -1,7 +1,7 @@
-"""HTTP serving under load: `keras-transformer serve` on 127.0.0.1, Keras and
-CTranslate2 engines, dynamic batching on and off.
+"""HTTP serving: `keras-transformer serve` on 127.0.0.1, under load and at start.
 
-For each engine and batching mode it starts the server (a subprocess, as a
+The Keras and CTranslate2 engines (`--engines`), dynamic batching on and
+off. For each engine and batching mode it starts the server (a subprocess, as a
 user would), warms it up (every batch shape compiles), then runs a bounded
 closed-loop load per client count: each client sends one sentence per
 request and waits for the answer before its next, until `--requests`
@@ -21,11 +21,15 @@ bounded.
 `--sweep` instead measures the batching flags (max batch size x max wait)
 at 1 and 32 clients, for choosing their defaults.
 
-`--operations` instead measures what an operator meets, per engine, on one
-server with default flags (and `--warmup-tokens`): the seconds from the
-process's start to the address line and to `/readyz` 200 (polled every
-0.1 s), with the server's own warm-up seconds and compilations
-(`/metrics`); a closed loop of `--clients` (one count, default 8) for
+`--operations` instead measures what an operator meets, per engine and
+backend (`--backends`, each server's KERAS_BACKEND: the Keras engine's, and
+the export's at start-up for the others), on one server with default flags
+(and `--warmup-tokens`): the seconds from the process's start to the
+address line and to `/readyz` 200 (polled every 0.1 s), with the server's
+own warm-up seconds and compilations (`/metrics`); with `--ready-only`
+that alone, for each `--warmup-tokens` value given (no `--source` needed:
+a few minutes on a tiny run); else a closed loop of `--clients` (one
+count, default 8) for
 `--window` seconds right after ready, then a second window as long, each
 with the programs compiled while serving; then an open loop at twice the
 second window's rate for `--overload-seconds` in which `--abandon-share`
@@ -36,6 +40,18 @@ texts less those answered to the staying clients) beside those dropped.
 
     KERAS_BACKEND=tensorflow python benchmarks/serving_load.py \\
         --run-dir runs/m30k-small --source test_2016_flickr.en.gz [--write]
+    python benchmarks/serving_load.py --operations --ready-only \\
+        --run-dir runs/m30k-small --engines keras savedmodel \\
+        --backends jax tensorflow --warmup-tokens 64 256 [--write]
+
+`--write` puts the tables into their section of docs/benchmarks.md (`###
+HTTP serving under load`, `... batching flags`, `... operations`, `...
+start to ready`), between the section's two marker lines (HTML comments,
+not shown: `<!-- benchmarks/serving_load.py --write: generated from here
+-->` and `... generated to here -->`): the section's prose, above and
+below them, is kept. A section without the markers gets them, with the
+tables, at its end (its older tables stay for you to remove); a missing
+section is added at the end of the file.
 
 The server is used once `/readyz` answers 200 (it listens while it warms up).
 
@@ -62,24 +78,79 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine_line, write_section  # noqa: E402
+from _common import DOCS, machine_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+# The generated part of a section of docs/benchmarks.md: --write replaces
+# what lies between these lines and nothing else.
+WRITE_BEGIN = "<!-- benchmarks/serving_load.py --write: generated from here -->"
+WRITE_END = "<!-- benchmarks/serving_load.py --write: generated to here -->"
+
+
+def write_tables(heading: str, text: str, docs: Path = DOCS) -> str:
+    """Put `text` between the markers of the `### heading` section of
+    `docs`, keeping the rest of the section (its prose). A section without
+    the markers gets them with `text` at its end; a missing section is
+    appended. Returns what was done, for the console."""
+    block = f"{WRITE_BEGIN}\n\n{text.strip()}\n\n{WRITE_END}\n"
+    content = docs.read_text(encoding="utf-8") if docs.exists() else "# Benchmarks\n"
+    title = f"### {heading}\n"
+    start = content.find(title) if content.startswith(title) else -1
+    if start < 0:
+        found = content.find("\n" + title)
+        start = found + 1 if found >= 0 else -1
+    if start < 0:
+        docs.write_text(f"{content.rstrip()}\n\n{title}\n{block}", encoding="utf-8")
+        return f"added section {heading!r} to {docs}"
+    ends = [
+        found + 1
+        for found in (content.find(m, start + len(title)) for m in ("\n## ", "\n### "))
+        if found >= 0
+    ]
+    end = min(ends) if ends else len(content)
+    section = content[start:end]
+    begin, finish = section.find(WRITE_BEGIN), section.find(WRITE_END)
+    if begin >= 0 and finish > begin:
+        section = section[:begin] + block + section[finish + len(WRITE_END) + 1 :]
+        done = f"replaced the tables of {heading!r} in {docs}, its prose kept"
+    else:
+        section = f"{section.rstrip()}\n\n{block}" + ("\n" if ends else "")
+        done = (
+            f"appended the tables to {heading!r} in {docs} (it had no markers: "
+            "its older tables are still above them)"
+        )
+    docs.write_text(content[:start] + section + content[end:], encoding="utf-8")
+    return done
 
 
 class Server:
     """`keras-transformer serve` with `flags` on a free port, returned once
     ready; `listening_s` and `ready_s` are the seconds from the process's
-    start to its address line and to `/readyz` 200."""
+    start to its address line and to `/readyz` 200. `backend`: the
+    server's KERAS_BACKEND; `cache_dir`: its KERAS_TRANSFORMER_CACHE, where
+    its compiled programs are kept between runs (default: this process's
+    environment for both)."""
 
-    def __init__(self, run_dir: str, engine: str, flags: list[str]):
+    def __init__(
+        self,
+        run_dir: str,
+        engine: str,
+        flags: list[str],
+        backend: str | None = None,
+        cache_dir: str | None = None,
+    ):
         command = [sys.executable, "-m", "keras_transformer", "serve"]
         command += ["--run-dir", run_dir, "--engine", engine, "--port", "0", *flags]
         self.log_path = Path(tempfile.mkstemp(prefix="serving_load-", suffix=".log")[1])
         self.log = open(self.log_path, "wb")  # Closed in stop().
+        env = dict(os.environ)
+        if backend:
+            env["KERAS_BACKEND"] = backend
+        if cache_dir:
+            env["KERAS_TRANSFORMER_CACHE"] = cache_dir
         start = time.perf_counter()
         self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT
+            command, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT, env=env
         )
         line = self.process.stdout.readline().decode()
         self.listening_s = time.perf_counter() - start
@@ -459,17 +530,52 @@ def token_counts(run_dir: str, sentences: list[str]) -> list[int]:
     return json.loads(child.stdout.splitlines()[-1])
 
 
+def ready_table() -> list[str]:
+    """The header of the start-to-ready table (`ready_row`'s rows)."""
+    return [
+        "| engine | backend | --warmup-tokens | start to address line s "
+        "| start to /readyz 200 s | warm-up s (server) | warm-up compilations |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+
+
+def ready_row(server: Server, engine: str, backend: str, tokens: int) -> str:
+    """A server's start-to-ready row, read once it is ready. Compilations
+    are the programs `compile_function` traced (the Keras engine on JAX or
+    TensorFlow; 0 for the others, whose runtimes compile on their own)."""
+    samples = server_metrics(server.port)
+    cells = [engine, backend, tokens]
+    cells += [f"{server.listening_s:.1f}", f"{server.ready_s:.1f}"]
+    cells += [f"{metric(samples, 'warmup_seconds'):.1f}"]
+    cells += [f"{metric(samples, 'compilations_total', phase='warmup'):.0f}"]
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def start_to_ready(args) -> list[str]:
+    """`--ready-only`: a server per backend, engine and --warmup-tokens,
+    stopped once ready."""
+    ready = ready_table()
+    for backend in args.backends:
+        for engine in args.engines:
+            for tokens in args.warmup_tokens:
+                flags = ["--warmup-tokens", str(tokens), *args.serve_flag]
+                server = Server(args.run_dir, engine, flags, backend, args.cache_dir)
+                try:
+                    ready.append(ready_row(server, engine, backend, tokens))
+                    print(ready[-1], flush=True)
+                finally:
+                    server.stop()
+    return ready
+
+
 def operations(args, sentences) -> list[str]:
     clients = args.clients[0] if args.clients else 8
+    (warmup_tokens,) = args.warmup_tokens
     longest = token_counts(args.run_dir, sentences)
-    over = sum(count > args.warmup_tokens for count in longest)
-    tokens = f"{args.warmup_tokens} ({over} of {len(sentences)} over it)"
+    over = sum(count > warmup_tokens for count in longest)
+    tokens = f"{warmup_tokens} ({over} of {len(sentences)} over it)"
     print(f"longest sentence {max(longest)} tokens; {tokens}", flush=True)
-    ready = [
-        "| engine | start to address line s | start to /readyz 200 s "
-        "| warm-up s (server) | warm-up compilations |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    ready = ready_table()
     windows = [
         "| engine | window after ready | clients | sentences/s | p50 ms | p99 ms "
         "| errors | serving compilations so far | --warmup-tokens (sentences over it) "
@@ -483,16 +589,17 @@ def operations(args, sentences) -> list[str]:
         "| dropped texts | disconnects | errors | load avg |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    flags = ["--warmup-tokens", str(args.warmup_tokens), *args.serve_flag]
-    for engine in args.engines:
-        server = Server(args.run_dir, engine, flags)
+    flags = ["--warmup-tokens", str(warmup_tokens), *args.serve_flag]
+    servers = [
+        (backend, engine) for backend in args.backends for engine in args.engines
+    ]
+    for backend, engine in servers:
+        server = Server(args.run_dir, engine, flags, backend, args.cache_dir)
         try:
-            samples = server_metrics(server.port)
-            cells = [engine, f"{server.listening_s:.1f}", f"{server.ready_s:.1f}"]
-            cells += [f"{metric(samples, 'warmup_seconds'):.1f}"]
-            cells += [f"{metric(samples, 'compilations_total', phase='warmup'):.0f}"]
-            ready.append("| " + " | ".join(cells) + " |")
+            ready.append(ready_row(server, engine, backend, warmup_tokens))
             print(ready[-1], flush=True)
+            if len(args.backends) > 1:  # The rows below say which too.
+                engine = f"{engine} on {backend}"
 
             window = args.window
             for number in (1, 2):
@@ -582,11 +689,24 @@ def sweep(args, sentences) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="--write replaces only the tables between the section's marker "
+        "lines in docs/benchmarks.md; the prose around them is kept (see the "
+        "module's docstring).",
+    )
     parser.add_argument("--run-dir", required=True, help="a trained run (small)")
-    parser.add_argument("--source", required=True, help="Multi30k test2016 .en(.gz)")
+    parser.add_argument(
+        "--source", help="Multi30k test2016 .en(.gz) (not for --ready-only)"
+    )
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--engines", nargs="+", default=["keras", "ctranslate2"])
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        help="--operations: each server's KERAS_BACKEND (default: this "
+        "process's, tensorflow if unset)",
+    )
     parser.add_argument(
         "--clients", type=int, nargs="+", help="default 1 32; --operations: one, 8"
     )
@@ -601,19 +721,66 @@ def main() -> None:
     parser.add_argument("--sweep-wait", type=float, nargs="+", default=[0, 10, 30])
     parser.add_argument("--operations", action="store_true")
     parser.add_argument("--window", type=float, default=60, help="--operations")
-    parser.add_argument("--warmup-tokens", type=int, default=64, help="--operations")
+    parser.add_argument(
+        "--cache-dir",
+        help="--operations: the servers' KERAS_TRANSFORMER_CACHE, where compiled "
+        "programs are kept between runs: a new directory measures a first "
+        "start, one a server has filled a restart (default: as set, else "
+        "~/.cache/keras_transformer)",
+    )
+    parser.add_argument(
+        "--ready-only",
+        action="store_true",
+        help="--operations: start to ready only, per backend, engine and "
+        "--warmup-tokens value",
+    )
+    parser.add_argument(
+        "--warmup-tokens",
+        type=int,
+        nargs="+",
+        default=[64],
+        help="--operations: the servers' --warmup-tokens (several: --ready-only)",
+    )
     parser.add_argument("--abandon-share", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=0, help="who abandons")
-    parser.add_argument("--write", action="store_true", help="into docs/benchmarks.md")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="put the tables into their section of docs/benchmarks.md, between "
+        "its marker lines, keeping the section's prose",
+    )
     args = parser.parse_args()
     if args.operations and args.clients and len(args.clients) > 1:
         parser.error("--operations takes one --clients count")
+    if args.ready_only and not args.operations:
+        parser.error("--ready-only goes with --operations")
+    if len(args.warmup_tokens) > 1 and not args.ready_only:
+        parser.error("several --warmup-tokens values need --operations --ready-only")
+    if args.source is None and not args.ready_only:
+        parser.error("--source is required (but for --operations --ready-only)")
     if not args.operations:
         args.clients = args.clients or [1, 32]
-
-    sentences = read_sentences(args.source, args.sentences)
     backend = os.environ.get("KERAS_BACKEND", "tensorflow")
-    if args.operations:
+    args.backends = args.backends or [backend]
+    if args.backends != [backend] and not args.operations:
+        parser.error("--backends goes with --operations (else set KERAS_BACKEND)")
+    backend = ", ".join(args.backends)
+
+    if args.ready_only:
+        lines = start_to_ready(args)
+        title = "HTTP serving: start to ready"
+        cache = (
+            f"compilation cache {args.cache_dir}"
+            if args.cache_dir
+            else ("the user's compilation cache")
+        )
+        setup = (
+            "start to ready only, each server stopped once ready; engines "
+            f"{', '.join(args.engines)}; --warmup-tokens "
+            f"{', '.join(map(str, args.warmup_tokens))}; {cache}"
+        )
+    elif args.operations:
+        sentences = read_sentences(args.source, args.sentences)
         lines = operations(args, sentences)
         title = "HTTP serving: operations"
         setup = (
@@ -625,6 +792,7 @@ def main() -> None:
             "clients who close the connection 0.2 s after sending, unread"
         )
     else:
+        sentences = read_sentences(args.source, args.sentences)
         lines = sweep(args, sentences) if args.sweep else measure(args, sentences)
         title = (
             "HTTP serving: batching flags" if args.sweep else "HTTP serving under load"
@@ -643,7 +811,7 @@ def main() -> None:
     )
     print("\n" + text)
     if args.write:
-        write_section(title, text)
+        print(write_tables(title, text))
 
 
 if __name__ == "__main__":

@@ -357,8 +357,11 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=_at_least(8),
         default=64,
         help="warm-up: compile the searches of sources up to this many tokens "
-        "(longer ones compile on first use, logged and counted in /metrics) "
-        "(default: 64)",
+        "(longer ones, up to --max-text-tokens, compile on first use, logged "
+        "and counted in /metrics). Not --max-text-tokens by default: 64 took "
+        "3-5 min on 2 CPU cores (149 programs, a tiny model), and 256 (4 times "
+        "the batch shapes) crashed when its programs filled the kernel's memory "
+        "mappings (vm.max_map_count): docs/serving.md (default: 64)",
     )
     parser.add_argument(
         "--source-language",

@@ -87,12 +87,17 @@ class Serving:
     _compiled: int = 0  # Compilations counted in the metrics so far.
 
     def warm_up(self) -> None:
-        """Compile every allowed search (on a worker thread), then ready."""
+        """Compile every allowed search and, on the Keras engine, every
+        program of /v1/attention (on a worker thread), then ready."""
         start = time.perf_counter()
         before = compilations()
-        searches = self.engine.warm_up(
-            self.allowed, self.warmup_tokens, lambda: self.stopping
-        )
+
+        def stop() -> bool:  # Shutting down: the warm-up ends early.
+            return self.stopping
+
+        searches = self.engine.warm_up(self.allowed, self.warmup_tokens, stop)
+        # A few shapes cover every length allowed: all, whatever --warmup-tokens.
+        attention = self.engine.warm_up_attention(self.options.max_text_tokens, stop)
         if self.stopping:
             return
         self.warmup_seconds = round(time.perf_counter() - start, 2)
@@ -101,11 +106,16 @@ class Serving:
         self.metrics.warmed_up(self.warmup_seconds)
         self.ready = True
         log.info(
-            "warm-up done in %.1f s: %d batch shapes, %d programs compiled; ready",
+            "warm-up done in %.1f s: %d batch shapes, %d attention shapes, %d "
+            "programs compiled; ready",
             self.warmup_seconds,
             searches,
+            attention,
             self._compiled - before,
         )
+        short = maps_running_short()
+        if short:
+            log.warning(short)
 
     def count_compilations(self) -> None:
         """Programs compiled since the last count: while serving, each is a
@@ -115,12 +125,47 @@ class Serving:
             self.metrics.compiled("serving", now - self._compiled)
             log.warning(
                 "compiled %d program(s) while serving: a shape the warm-up did not "
-                "reach (a source over --warmup-tokens %d, or /v1/attention, "
-                "compiled per pair of lengths)",
+                "reach (a source over --warmup-tokens %d)",
                 now - self._compiled,
                 self.warmup_tokens,
             )
+            short = maps_running_short()
+            if short:
+                log.warning(short)
         self._compiled = now
+
+
+def memory_maps() -> tuple[int, int] | None:
+    """(memory mappings this process holds, the kernel's limit on them,
+    vm.max_map_count); None where /proc does not say (not Linux)."""
+    try:
+        with open("/proc/self/maps", "rb") as lines:
+            used = sum(1 for _ in lines)
+        with open("/proc/sys/vm/max_map_count", encoding="ascii") as limit:
+            return used, int(limit.read())
+    except (OSError, ValueError):
+        return None
+
+
+def maps_running_short(maps=memory_maps) -> str | None:
+    """A warning when over half the memory mappings the kernel allows are
+    in use, else None. XLA's CPU code for each compiled program holds about
+    150 mappings (the test model; more layers, more): the 149 programs of
+    the default warm-up held 21,800 of Linux's default 65,530, and
+    `--warmup-tokens 256` (about 4 times the programs) ran out: the next
+    compile failed ("LLVM compilation error: Cannot allocate memory") and
+    the process crashed (docs/serving.md, "Warm-up and readiness")."""
+    found = maps()
+    if found is None or found[0] <= found[1] // 2:
+        return None
+    used, limit = found
+    return (
+        f"this process holds {used:,} memory mappings of the {limit:,} the kernel "
+        "allows (vm.max_map_count): each program XLA compiles for the CPU holds "
+        "about 150 more, and past the limit a compile fails and the process "
+        "crashes. Lower --warmup-tokens, allow fewer settings or a smaller "
+        "--max-batch-size, or raise vm.max_map_count (sysctl)."
+    )
 
 
 def create_app(serving: Serving) -> FastAPI:

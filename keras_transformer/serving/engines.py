@@ -114,6 +114,13 @@ class Engine:
         in steps of 8 (engines that pad nothing compile nothing per shape)."""
         return [(1, tokens) for tokens in range(8, max_tokens + 1, 8)]
 
+    def warm_up_attention(self, max_tokens: int, stop=lambda: False) -> int:
+        """Run `attention` once for each padded shape it can meet, sources
+        and translations up to `max_tokens` tokens; returns the shapes run
+        (0: this engine has no attention). Called on a worker thread
+        before the server says it is ready."""
+        return 0
+
     def _warm_up_texts(self, rows: int, tokens: int) -> list[str]:
         """`rows` texts of about `tokens` subword tokens each (words from
         the vocabulary: any text the tokenizer takes would do)."""
@@ -190,6 +197,9 @@ class KerasEngine(Engine):
         self._translators: collections.OrderedDict = collections.OrderedDict()
         self._translators_lock = threading.Lock()  # Workers share the cache.
         self._translator(settings)  # Refuses bad defaults before serving.
+        # The longest side /v1/attention pads to (warm_up_attention sets it):
+        # a request of up to this many tokens a side compiles nothing new.
+        self.attention_limit: int | None = None
         model = run.model
         self._attention_weights = compile_function(
             lambda s, t: model.attention_weights(s, t)["cross_attention"], model
@@ -250,21 +260,41 @@ class KerasEngine(Engine):
     def translate(self, texts: Sequence[str], settings: SearchSettings, abandoned=None):
         return self._translator(settings).nbest(texts, abandoned)
 
+    def warm_up_attention(self, max_tokens: int, stop=lambda: False) -> int:
+        """Compile `attention`'s program for each length it pads to, sources
+        and translations of up to `max_tokens` tokens (the decoder's input
+        is one longer: BOS): `attention_lengths`, 7 programs for 256."""
+        # A word, not a special id: the masks treat id 0 as padding.
+        token = min(self.tokenizer.vocab_size - 1, 8)
+        self.attention_limit = max_tokens + 1
+        lengths = attention_lengths(self.attention_limit)
+        for count, length in enumerate(lengths):
+            if stop():  # Shutting down.
+                return count
+            ids = np.full((1, length), token, np.int32)
+            _float64(self._attention_weights(ids, ids)[0])  # Run to the end.
+        return len(lengths)
+
     def attention(self, source: str, translation: str) -> dict[str, Any]:
         """Cross-attention of every layer and head, teacher-forced on the
         tokens of `translation`: row i is the step that produced target
         token i (the last row, the end token).
 
-        Both sides are padded to multiples of 8 and the model runs compiled
-        (eager JAX compiles every op of every new shape: 20 s and more);
-        the masks give padding no weight, and it is cut off again."""
+        Both sides are padded to one length, `attention_length`'s (8, 16,
+        32, ... up to the server's limit), and the model runs compiled
+        (eager JAX compiles every op of every new shape: 20 s and more): a
+        handful of programs, all compiled at warm-up, where a program per
+        pair of lengths in steps of 8 would be a thousand. The masks give
+        padding no weight, and it is cut off again."""
         from keras_transformer.decoding.translator import pad_batch
 
         tokenizer = self.tokenizer
         source_ids, target_ids = tokenizer.encode([source, translation])
         decoder_input = [tokenizer.bos_id, *target_ids]
+        longest = max(len(source_ids), len(decoder_input))
+        length = attention_length(longest, self.attention_limit)
         layers = self._attention_weights(
-            pad_batch([source_ids]), pad_batch([decoder_input])
+            pad_batch([source_ids], length), pad_batch([decoder_input], length)
         )
         rows, columns = len(decoder_input), len(source_ids)
         piece = tokenizer.id_to_piece
@@ -281,6 +311,28 @@ class KerasEngine(Engine):
     def info(self) -> dict[str, Any]:
         model = {**_model_info(self.run), "quantization": self.quantize}
         return {**super().info(), "model": model}
+
+
+def attention_length(tokens: int, limit: int | None = None) -> int:
+    """The length both sides of an attention request of `tokens` tokens
+    (its longer side) are padded to: the first of 8, 16, 32, ... (doubling)
+    that holds them, but at most `limit` rounded up to a multiple of 8 when
+    they fit in that (the longest side a server allows: 256 tokens pad to
+    256, 257 to 264, not 512)."""
+    length = 8
+    while length < tokens:
+        length *= 2
+    if limit is not None:
+        top = max(8, -(-limit // 8) * 8)
+        if tokens <= top:
+            length = min(length, top)
+    return length
+
+
+def attention_lengths(limit: int) -> list[int]:
+    """Every length `attention_length` pads to for up to `limit` tokens:
+    8, 16, 32, 64, 128, 256, 264 for 257."""
+    return sorted({attention_length(n, limit) for n in range(1, limit + 1)})
 
 
 def _float64(tensor) -> np.ndarray:

@@ -7,8 +7,11 @@ loopback address only requests whose Host header names a loopback address
 (localhost, 127.0.0.1, [::1], with any port) are served, and a request that
 carries an Origin header must come from such an origin or from one given
 with `--cors-origin`. With `--api-key-file`, every route but the liveness
-and readiness probes needs `Authorization: Bearer <key>`, compared in
-constant time. Each refusal is the server's one error shape.
+and readiness probes and the demo page's files (GET or HEAD of `/`,
+`/favicon.ico` and `/static/...`: they hold no secret, and a browser
+cannot send a header when it opens a page) needs `Authorization: Bearer
+<key>`, compared in constant time; the page asks for the key and sends it
+with each API call. Each refusal is the server's one error shape.
 """
 
 from __future__ import annotations
@@ -25,6 +28,18 @@ from starlette.responses import JSONResponse, Response
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # Probes an orchestrator calls without credentials.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# The demo page and its files, which a browser loads before the page can
+# ask for the key (static package data: no secret in them).
+PAGE_PATHS = frozenset({"/", "/favicon.ico"})
+PAGE_PREFIX = "/static/"
+
+
+def is_page(scope) -> bool:
+    """Whether the request fetches the demo page or one of its files."""
+    path = scope["path"]
+    return scope["method"] in ("GET", "HEAD") and (
+        path in PAGE_PATHS or path.startswith(PAGE_PREFIX)
+    )
 
 
 def read_api_key(path: str | Path) -> str:
@@ -140,6 +155,7 @@ class Guard:
             self.api_key is not None
             and scope["path"] not in OPEN_PATHS
             and not preflight
+            and not is_page(scope)
         ):
             given = headers.get("authorization", "")
             scheme, _, token = given.partition(" ")
@@ -152,7 +168,8 @@ class Guard:
                     401,
                     "Authorization",
                     f"The Authorization header is {what}: send "
-                    "'Authorization: Bearer <the key in --api-key-file>'.",
+                    "'Authorization: Bearer <the key in --api-key-file>' (the "
+                    "demo page asks for the key).",
                     {"www-authenticate": 'Bearer realm="keras-transformer"'},
                 )
         return None

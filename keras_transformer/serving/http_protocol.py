@@ -1,9 +1,11 @@
-"""uvicorn's h11 protocol with a header read timeout and JSON error answers.
+"""uvicorn's h11 protocol: a header timeout, a request limit, JSON error answers.
 
 Why it exists: uvicorn 0.55 has no header read timeout, so a client that
 connects and sends nothing, or trickles its headers a byte at a time, holds
-a connection for ever; and it answers malformed HTTP with a plain-text 400,
-where every other error of this server is `{"error": {"field", "message"}}`.
+a connection for ever; it has no limit on the requests of one keep-alive
+connection (its `limit_max_requests` stops the whole server); and it
+answers malformed HTTP with a plain-text 400, where every other error of
+this server is `{"error": {"field", "message"}}`.
 
 - Header timeout: a new connection, and a keep-alive connection once the
   first bytes of its next request arrive, must complete the request line
@@ -13,6 +15,12 @@ where every other error of this server is `{"error": {"field", "message"}}`.
   application's business. An idle keep-alive connection (a response sent,
   no byte of a next request yet) has no header timer: uvicorn's
   `timeout_keep_alive` closes it, silently, as before.
+- Requests per connection: the `max_requests`-th request of a connection
+  (0: no limit) is answered with `Connection: close` (any Connection
+  header of the application's replaced), after which h11 and uvicorn
+  close the connection, as for a client that asked to close. A request
+  the client pipelined behind it is not answered: HTTP/1.1 clients resend
+  such requests on a new connection.
 - Malformed HTTP (any h11 `RemoteProtocolError`): the JSON shape with field
   "http" and h11's reason, at h11's status hint: 400, 431 for a header
   section over h11's maximum incomplete event size (16 KiB unless
@@ -20,8 +28,8 @@ where every other error of this server is `{"error": {"field", "message"}}`.
   does not support.
 
 Everything else (requests, keep-alive, pipelining, graceful shutdown) is
-uvicorn's own code. Pass `protocol_class(header_timeout_s=...)` as
-`uvicorn.Config(http=...)`.
+uvicorn's own code. Pass `protocol_class(header_timeout_s=...,
+max_requests=...)` as `uvicorn.Config(http=...)`.
 
 uvicorn internals relied on (tests/serving/test_http_protocol.py checks
 them, so an upgrade that moves them fails there): `H11Protocol`'s
@@ -30,7 +38,11 @@ attributes `conn` (the h11.Connection), `transport`, `loop`, `logger`,
 hooks `connection_made`, `data_received`, `on_response_complete`,
 `connection_lost`; `_unset_keepalive_if_required()`; and that
 `handle_events` calls `send_400_response(msg)` inside its
-`except h11.RemoteProtocolError` block (so the error is `sys.exc_info()`).
+`except h11.RemoteProtocolError` block (so the error is `sys.exc_info()`);
+that it sets `cycle` to a new `RequestResponseCycle` for each request and
+starts the cycle's task without running it, the task passing
+`cycle.send` to the application when it starts (so a `send` set on the
+cycle before then is the one used).
 """
 
 from __future__ import annotations
@@ -49,10 +61,13 @@ MAX_DETAIL_CHARS = 200  # h11 quotes the offending line: keep the answer short.
 
 
 class JsonH11Protocol(H11Protocol):
-    """`H11Protocol` with the header read timeout and JSON error answers."""
+    """`H11Protocol` with the header read timeout, the limit of requests
+    per connection and JSON error answers."""
 
-    header_timeout_s: float = 10.0  # `protocol_class` sets the served value.
+    header_timeout_s: float = 10.0  # `protocol_class` sets the served values.
+    max_requests: int = 0  # Per connection; 0: no limit.
     _header_timer: asyncio.TimerHandle | None = None
+    _requests: int = 0  # Requests begun on this connection.
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -66,6 +81,14 @@ class JsonH11Protocol(H11Protocol):
         # uvicorn starts the next cycle here and parses pipelined bytes.
         super().on_response_complete()
         self._follow_request()
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle and self.cycle is not None:  # A new request.
+            self._requests += 1
+            if self.max_requests and self._requests >= self.max_requests:
+                _close_after(self.cycle)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -146,11 +169,39 @@ class JsonH11Protocol(H11Protocol):
         self.transport.close()
 
 
-def protocol_class(*, header_timeout_s: float) -> type[JsonH11Protocol]:
+def _close_after(cycle) -> None:
+    """Make `cycle`'s response the connection's last: `Connection: close` in
+    its headers (h11 then closes after it) and no keep-alive for uvicorn."""
+    send = cycle.send
+
+    async def closing(message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [
+                (name, value)
+                for name, value in message.get("headers", [])
+                if name.lower() != b"connection"
+            ]
+            message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        await send(message)
+
+    cycle.send = closing
+    cycle.keep_alive = False
+
+
+def protocol_class(
+    *, header_timeout_s: float, max_requests: int = 0
+) -> type[JsonH11Protocol]:
     """A `JsonH11Protocol` subclass whose header timeout is
-    `header_timeout_s` seconds, for `uvicorn.Config(http=...)`."""
+    `header_timeout_s` seconds and whose connections carry at most
+    `max_requests` requests each (0: no limit), for
+    `uvicorn.Config(http=...)`."""
     if not (math.isfinite(header_timeout_s) and header_timeout_s > 0):
         raise ValueError(f"header_timeout_s must be > 0, not {header_timeout_s}.")
-    return type(
-        "JsonH11Protocol", (JsonH11Protocol,), {"header_timeout_s": header_timeout_s}
-    )
+    if isinstance(max_requests, bool) or not isinstance(max_requests, int):
+        raise ValueError(f"max_requests must be an integer, not {max_requests!r}.")
+    if max_requests < 0:
+        raise ValueError(
+            f"max_requests must be >= 0 (0: no limit), not {max_requests}."
+        )
+    values = {"header_timeout_s": header_timeout_s, "max_requests": max_requests}
+    return type("JsonH11Protocol", (JsonH11Protocol,), values)

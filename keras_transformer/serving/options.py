@@ -90,6 +90,15 @@ class ServeOptions:
         minimum=0.0,
         strict=True,
     )
+    # A client (or a proxy's pool) that never lets go keeps one connection,
+    # its memory and its place in the accept order for ever; a bound spreads
+    # long-lived clients over time (and over replicas behind a balancer).
+    max_requests_per_connection: int = setting(
+        1000,
+        "requests one keep-alive connection may carry; the answer to the last "
+        "says 'Connection: close' and the server closes it (0: no limit)",
+        minimum=0,
+    )
     max_request_s: float = setting(
         120.0,
         "seconds a request may take from arrival to answer, queue included "

@@ -286,7 +286,10 @@ def _serve_on(app, sock: socket.socket, host: str, engine: str, options) -> None
 
     config = uvicorn.Config(
         app,
-        http=protocol_class(header_timeout_s=options.header_timeout_s),
+        http=protocol_class(
+            header_timeout_s=options.header_timeout_s,
+            max_requests=options.max_requests_per_connection,
+        ),
         log_level="info",
         access_log=False,  # One line per request is RequestLog's.
         timeout_keep_alive=options.keep_alive_s,

@@ -55,10 +55,15 @@ TOO_MANY_TOKENS = "A dog runs on the beach. " + "Zq" * 495 + "."
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def untrained_run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("demo") / "run")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, untrained_run):
     run, flags = os.environ.get("KERAS_TRANSFORMER_DEMO_RUN"), []
     if run is None:  # Untrained: its outputs run to the limit; keep it short.
-        run = make_run(tmp_path_factory.mktemp("demo") / "run")
+        run = untrained_run
         flags = ["--max-extra-length", "8"]
     log = tmp_path_factory.mktemp("logs") / "server.log"
     process = ServerProcess(["--run-dir", str(run), *flags], log)
@@ -352,6 +357,75 @@ def test_no_attention_controls_without_attention(server, browser):
             "Page.removeScriptToEvaluateOnNewDocument",
             {"identifier": script["identifier"]},
         )
+
+
+KEY = "demo-page-key-" + "k" * 20
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tmp_path_factory, untrained_run):
+    """A server with --api-key-file; greedy, short limits: a quick warm-up."""
+    folder = tmp_path_factory.mktemp("keyed")
+    (folder / "key").write_text(KEY + "\n")
+    process = ServerProcess(
+        ["--run-dir", str(untrained_run), "--api-key-file", str(folder / "key"),
+         "--beam-size", "1", "--max-extra-length", "4", "--warmup-tokens", "8",
+         "--max-text-tokens", "64"],
+        folder / "server.log",
+    )  # fmt: skip
+    yield process
+    assert process.stop() == 0
+
+
+def test_with_an_api_key_the_page_asks_for_it_and_sends_it(keyed_server, browser):
+    """The page loads without the key; its first API call's 401 shows the
+    key field; a wrong key is refused, the right one kept for the tab and
+    sent with every call."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = keyed_server
+    browser.get(f"http://127.0.0.1:{server.port}/")
+    find, wait = browser.find_element, WebDriverWait(browser, 300)
+    wait.until(lambda _: find(By.ID, "key-panel").is_displayed())
+    assert "needs an API key (401)" in find(By.ID, "key-message").text
+    assert "--api-key-file" in find(By.ID, "error").text
+    assert find(By.ID, "model-line").text == "Waiting for the API key…"
+    assert browser.switch_to.active_element == find(By.ID, "api-key")
+
+    find(By.ID, "api-key").send_keys("not-the-key")
+    find(By.ID, "key-save").click()
+    wait.until(lambda _: "refused" in find(By.ID, "key-message").text)
+    assert "engine" not in find(By.ID, "model-line").text
+
+    find(By.ID, "api-key").send_keys(KEY + "\n")  # Enter submits the form.
+    wait.until(lambda _: "engine" in find(By.ID, "model-line").text)
+    assert find(By.ID, "key-message").text == ""
+    assert not find(By.ID, "error").is_displayed()
+    assert find(By.ID, "api-key").get_property("value") == ""  # Not left shown.
+    stored = "return sessionStorage.getItem('keras-transformer-api-key')"
+    assert browser.execute_script(stored) == KEY
+    find(By.ID, "source").send_keys(SENTENCE)
+    find(By.ID, "translate").click()
+    wait.until(
+        lambda _: (
+            find(By.ID, "heatmap").get_attribute("data-rendered")
+            or find(By.ID, "error").is_displayed()
+        )
+    )
+    assert not find(By.ID, "error").is_displayed(), find(By.ID, "error").text
+    body = json.dumps({"texts": [SENTENCE], "split_sentences": True}).encode()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"}
+    expected = server.request("POST", "/v1/translate", body, headers).json()
+    assert find(By.ID, "translation").text == (
+        expected["translations"][0]["translation"].strip()
+    )
+
+    browser.refresh()  # The tab keeps the key: no question this time.
+    wait.until(lambda _: "engine" in find(By.ID, "model-line").text)
+    assert find(By.ID, "key-message").text == ""
+    find(By.ID, "key-forget").click()
+    assert browser.execute_script(stored) is None
 
 
 def _shown(tokens: list[str]) -> list[str]:

@@ -3,6 +3,8 @@ at export) against the Keras engine on the same run."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from keras_transformer.decoding.settings import SearchSettings
@@ -101,3 +103,53 @@ def test_quantize_int8_loads_a_ctranslate2_export_as_int8(run_dir, tmp_path):
     assert int8.translator.compute_type == "int8_float32"  # int8 weights.
     assert int8.info()["model"]["quantization"] == "int8"
     assert len(int8.translate(TEXTS, SETTINGS)) == len(TEXTS)
+
+
+def test_attention_pads_both_sides_to_a_few_lengths():
+    from keras_transformer.serving.engines import attention_length, attention_lengths
+
+    assert attention_lengths(257) == [8, 16, 32, 64, 128, 256, 264]
+    assert attention_lengths(61) == [8, 16, 32, 64]
+    assert attention_lengths(33) == [8, 16, 32, 40]
+    assert [attention_length(n, 61) for n in (1, 8, 9, 33, 61)] == [8, 8, 16, 64, 64]
+    assert attention_length(300, 257) == 512  # Past the limit: the ladder goes on.
+    assert attention_length(100) == 128  # No limit (no warm-up yet).
+
+
+def test_warmed_attention_compiles_nothing_and_gives_the_same_weights(
+    run_dir, tmp_path
+):
+    """Padding to another length changes no weight: the masks give padding
+    none. On JAX and TensorFlow each length is one compiled program."""
+    import numpy as np
+
+    from keras_transformer.decoding.compile import compilations
+
+    keras_engine = engine("keras", run_dir, tmp_path)
+    source = "the old man likes the garden near the river."
+    pairs = [(source, "a dog."), (source, "the dog sleeps " * 4), ("a.", "a.")]
+    before = [keras_engine.attention(*pair) for pair in pairs]  # 64-long pads.
+    assert keras_engine.warm_up_attention(32) == 4  # 8, 16, 32, 40.
+    compiled = compilations()
+    after = [keras_engine.attention(*pair) for pair in pairs]
+    assert compilations() == compiled
+    for old, new in zip(before, after):
+        assert new["source_tokens"] == old["source_tokens"]
+        assert new["target_tokens"] == old["target_tokens"]
+        np.testing.assert_allclose(
+            new["cross_attention"], old["cross_attention"], atol=2e-4
+        )
+    if importlib.util.find_spec("ctranslate2"):  # An engine without attention.
+        assert engine("ctranslate2", run_dir, tmp_path / "c").warm_up_attention(32) == 0
+
+
+def test_a_warning_when_memory_mappings_run_short():
+    from keras_transformer.serving.app import maps_running_short, memory_maps
+
+    found = memory_maps()  # Linux: this process's own, and the limit.
+    assert found is None or 0 < found[0] < found[1]
+    assert maps_running_short(lambda: (21_821, 65_530)) is None
+    assert maps_running_short(lambda: None) is None
+    warning = maps_running_short(lambda: (40_000, 65_530))
+    assert "40,000 memory mappings of the 65,530" in warning
+    assert "--warmup-tokens" in warning and "vm.max_map_count" in warning

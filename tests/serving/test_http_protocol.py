@@ -1,5 +1,6 @@
-"""The h11 protocol's header timeout and JSON error answers, against a real
-uvicorn server (a background thread) and raw socket clients."""
+"""The h11 protocol's header timeout, request limit per connection and JSON
+error answers, against a real uvicorn server on 127.0.0.1 (a background
+thread) and raw socket clients."""
 
 from __future__ import annotations
 
@@ -58,14 +59,16 @@ class Errors(logging.Handler):
 
 
 class Running:
-    def __init__(self, header_timeout_s: float) -> None:
+    def __init__(self, header_timeout_s: float, max_requests: int = 0) -> None:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         sock.listen(64)
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             echo_app,
-            http=protocol_class(header_timeout_s=header_timeout_s),
+            http=protocol_class(
+                header_timeout_s=header_timeout_s, max_requests=max_requests
+            ),
             lifespan="off",
             log_config=None,  # Records reach the root logger (`Errors`).
             timeout_keep_alive=KEEP_ALIVE,
@@ -228,6 +231,11 @@ def test_protocol_class_refuses_a_bad_timeout():
     for bad in (0, -1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="header_timeout_s"):
             protocol_class(header_timeout_s=bad)
+    assert protocol_class(header_timeout_s=1).max_requests == 0  # No limit.
+    assert protocol_class(header_timeout_s=1, max_requests=7).max_requests == 7
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="max_requests"):
+            protocol_class(header_timeout_s=1, max_requests=bad)
 
 
 def test_get_and_post_on_one_keep_alive_connection(client):
@@ -355,6 +363,66 @@ def test_graceful_shutdown_closes_a_connection_in_its_headers():
         start = time.monotonic()
         running.stop()
         assert time.monotonic() - start < 5
+        assert c.closed()
+    finally:
+        c.close()
+
+
+LIMIT = 3  # Requests per connection of the `limited` server.
+
+
+@pytest.fixture(scope="module")
+def limited():
+    running = Running(TIMEOUT, max_requests=LIMIT)
+    yield running
+    running.stop()
+
+
+def test_the_last_request_a_connection_may_carry_is_answered_with_a_close(limited):
+    c = Client(limited.port)
+    try:
+        for number in range(1, LIMIT + 1):
+            c.send(get(f"/{number}"))
+            status, headers, body = c.response()
+            assert status == 200 and json.loads(body)["path"] == f"/{number}"
+            if number < LIMIT:
+                assert "connection" not in headers  # Kept alive.
+            else:
+                assert headers["connection"] == "close"
+        assert c.closed()
+    finally:
+        c.close()
+    again = Client(limited.port)  # The limit is per connection.
+    try:
+        again.send(get("/again"))
+        assert ok(again.response())["path"] == "/again"
+    finally:
+        again.close()
+
+
+def test_requests_pipelined_past_the_limit_are_left_unanswered(limited):
+    c = Client(limited.port)
+    try:
+        c.send(b"".join(get(f"/{number}") for number in range(1, LIMIT + 2)))
+        answers = [c.response() for _ in range(LIMIT)]
+        assert [json.loads(body)["path"] for _, _, body in answers] == [
+            f"/{number}" for number in range(1, LIMIT + 1)
+        ]
+        assert answers[-1][1]["connection"] == "close"
+        assert c.closed()  # The client resends the fourth on a new connection.
+    finally:
+        c.close()
+
+
+def test_a_connection_that_closes_itself_at_the_last_request_gets_one_close(limited):
+    c = Client(limited.port)
+    try:
+        for number in range(1, LIMIT):
+            c.send(get(f"/{number}"))
+            ok(c.response())
+        c.send(b"GET /last HTTP/1.1\r\n" + HOST + b"Connection: close\r\n\r\n")
+        status, headers, _ = c.response()  # Asserts no repeated header.
+        assert status == 200 and headers["connection"] == "close"
         assert c.closed()
     finally:
         c.close()

@@ -199,6 +199,7 @@ def test_other_addresses_than_loopback_need_allow_remote():
             "own --beam-size 1 and --alpha 0.6",
         ),
         (["--header-timeout-s", "0"], "must be > 0.0"),
+        (["--max-requests-per-connection", "-1"], "must be >= 0"),
         (["--source-language", "english!"], "--source-language"),
         (["--api-key-file", "missing-key"], "--api-key-file missing-key"),
         (["--log-format", "xml"], "invalid choice: 'xml'"),

@@ -25,7 +25,7 @@ FLAGS = [
     "--max-batch-size", "1", "--workers", "1", "--max-texts", "6",
     "--max-text-tokens", "60", "--max-document-chars", "2000",
     "--header-timeout-s", "1", "--body-timeout-s", "1",
-    "--cors-origin", "https://example.org",
+    "--cors-origin", "https://example.org", "--max-requests-per-connection", "3",
 ]  # fmt: skip
 SHORT = ["a dog runs.", "two men play football.", "the water is cold."]
 
@@ -87,6 +87,33 @@ def test_not_ready_until_warm_then_as_fast_as_later(server):
     assert (
         metric(server, "keras_transformer_compilations_total", phase="warmup") == warm
     )
+
+
+def test_the_first_attention_after_ready_compiles_nothing(server):
+    """The warm-up compiled /v1/attention's programs too: one per length
+    both sides pad to (8, 16, 32, 64 with --max-text-tokens 60), so the
+    first requests of each length compile nothing (the module's first
+    attention requests)."""
+    server.wait_ready(600)
+    serving = ("keras_transformer_compilations_total",)
+    assert metric(server, *serving, phase="serving") == 0
+    pairs = [
+        ("a dog runs.", "a dog."),  # 7 and 5 + 1 tokens: padded to 8.
+        ("a dog runs.", "ein hund."),  # The translation's 10 + 1: 16.
+        ("two men play football.", "a dog."),  # About 20: 32.
+        ("two men play football. " * 2, "zwei männer spielen fussball."),  # 43: 64.
+    ]
+    longest = []
+    for source, translation in pairs:
+        body = {"source": source, "translation": translation}
+        answer = server.post("/v1/attention", body)
+        assert answer.status == 200, answer.body
+        tokens = answer.json()
+        longest.append(max(len(tokens["source_tokens"]), len(tokens["target_tokens"])))
+    assert [next(n for n in (8, 16, 32, 64) if n >= t) for t in longest] == [
+        8, 16, 32, 64
+    ], longest  # fmt: skip
+    assert metric(server, *serving, phase="serving") == 0
 
 
 def test_a_setting_not_allowed_is_a_422_naming_the_allowed_values(server):
@@ -153,6 +180,26 @@ def test_stalled_clients_get_408_within_the_timeout(server):
         status, body, seconds = raw(server, data)
         assert status == 408 and body["error"]["field"] == field, body
         assert seconds < 5
+
+
+def test_a_keep_alive_connection_carries_at_most_its_requests(server):
+    """--max-requests-per-connection 3: the third answer says close, and the
+    server closes the connection."""
+    from tests.serving.test_http_protocol import Client
+
+    server.wait_ready(600)
+    client = Client(server.port)
+    try:
+        headers = []
+        for path in ("/healthz", "/v1/info", "/healthz"):
+            client.send(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            status, answer_headers, _ = client.response()
+            assert status == 200
+            headers.append(answer_headers.get("connection"))
+        assert headers == [None, None, "close"]
+        assert client.closed()
+    finally:
+        client.close()
 
 
 def test_every_error_has_the_one_json_shape(server):
@@ -343,6 +390,35 @@ def metrics_with(server, headers) -> dict:
         for family in text_string_to_metric_families(answer.body.decode())
         for sample in family.samples
     }
+
+
+def test_with_a_key_the_page_is_served_and_the_api_asks_for_the_key(
+    patient_server,
+):
+    """The demo page's files need no key (no secret in them; a browser
+    opening the page cannot send one); every API call does."""
+    server = patient_server
+    page = server.get("/")
+    assert page.status == 200 and 'id="api-key"' in page.body.decode()
+    for path in ("/static/app.js", "/static/style.css", "/favicon.ico"):
+        assert server.get(path).status == 200, path
+        assert server.request("HEAD", path).status == 200, path
+    assert "Authorization" in server.get("/static/app.js").body.decode()
+    for method, path in [
+        ("GET", "/v1/info"),
+        ("GET", "/metrics"),
+        ("GET", "/docs"),
+        ("POST", "/"),  # Not a page fetch.
+        ("GET", "/nowhere"),
+    ]:
+        answer = server.request(method, path)
+        assert answer.status == 401, (method, path)
+        assert answer.headers["content-type"] == "application/json"
+        assert set(answer.json()) == {"error"}
+        assert answer.error()[0] == "Authorization"
+        assert "demo page asks for the key" in answer.error()[1]
+    missing = server.request("GET", "/static/missing.js")  # The key is no oracle.
+    assert missing.status == 404 and missing.error()[0] == "path"
 
 
 def test_a_bearer_token_and_json_logs(patient_server):

@@ -1,7 +1,9 @@
 // The demo page: translate a sentence or a document, list the n-best
 // hypotheses of a sentence, and plot the cross-attention of the chosen one.
 // Plain DOM and canvas, nothing loaded from elsewhere, so the page works on
-// a machine without a network.
+// a machine without a network. A server run with --api-key-file serves
+// this page without the key; its API answers 401 until the page sends the
+// key, which it asks for and keeps in the tab's sessionStorage.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -32,12 +34,73 @@ function colour(value) {
 
 const number = (n) => n.toLocaleString("en-US");
 
+// --- The API key (--api-key-file) ---
+
+const KEY_STORAGE = "keras-transformer-api-key";
+
+// sessionStorage: this tab only, gone when it closes; never a cookie, so
+// no other site's page can make the browser send it.
+function storedKey() {
+  try {
+    return sessionStorage.getItem(KEY_STORAGE) || "";
+  } catch {
+    return "";  // Storage disabled: the key is asked for again.
+  }
+}
+
+function storeKey(key) {
+  try {
+    if (key) sessionStorage.setItem(KEY_STORAGE, key);
+    else sessionStorage.removeItem(KEY_STORAGE);
+  } catch {
+    // Storage disabled: nothing kept.
+  }
+}
+
+class KeyNeeded extends Error {}
+
+// A 401: show the key field, saying whether a key was missing or refused.
+function askForKey(sent) {
+  const message = sent
+    ? "The server refused this API key (401): paste the key in its " +
+      "--api-key-file again."
+    : "This server needs an API key (401): paste the key in its --api-key-file.";
+  $("key-message").textContent = message;
+  $("key-panel").hidden = false;
+  $("api-key").focus();
+  return new KeyNeeded(`${message.replace(" (401)", "")} See "API key" above.`);
+}
+
+async function useKey(event) {
+  event.preventDefault();
+  const key = $("api-key").value.trim();
+  if (!key) {
+    $("key-message").textContent = "Paste the key first.";
+    return;
+  }
+  storeKey(key);
+  $("api-key").value = "";
+  $("key-message").textContent = "";
+  showError("");
+  await loadInfo().catch(showLoadError);
+}
+
+function forgetKey() {
+  storeKey("");
+  $("api-key").value = "";
+  $("key-message").textContent = "";
+}
+
 async function call(path, body) {
+  const headers = { "Content-Type": "application/json" };
+  const key = storedKey();
+  if (key) headers.Authorization = `Bearer ${key}`;
   const response = await fetch(path, {
     method: body === undefined ? "GET" : "POST",
-    headers: { "Content-Type": "application/json" },
+    headers,
     body: body === undefined ? undefined : JSON.stringify(body),
   });
+  if (response.status === 401) throw askForKey(Boolean(key));
   // A proxy in front may answer an error page that is not JSON.
   const data = await response.json().catch(() => ({}));
   if (!response.ok) {
@@ -65,6 +128,9 @@ function showError(message) {
 async function loadInfo() {
   const info = await call("/v1/info");
   state.info = info;
+  // Accepted: the key field stays for forgetting the key, its message goes.
+  $("key-panel").hidden = !storedKey();
+  $("key-message").textContent = "";
   $("model-line").textContent = modelLine(info);
   const limits = info.limits || {};
   // An older server has neither split_sentences nor max_document_chars.
@@ -461,6 +527,17 @@ function describeCell(event) {
   $("cell").textContent = "";
 }
 
+function showLoadError(error) {
+  if (error instanceof KeyNeeded) {
+    $("model-line").textContent = "Waiting for the API key…";
+    showError(error.message);
+  } else {
+    showError(`Cannot reach the server: ${error.message}`);
+  }
+}
+
+$("key-form").addEventListener("submit", useKey);
+$("key-forget").addEventListener("click", forgetKey);
 $("translate").addEventListener("click", translate);
 $("source").addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) translate();
@@ -470,4 +547,4 @@ $("layer").addEventListener("change", draw);
 $("head").addEventListener("change", draw);
 $("heatmap").addEventListener("mousemove", describeCell);
 updateCounter();
-loadInfo().catch((error) => showError(`Cannot reach the server: ${error.message}`));
+loadInfo().catch(showLoadError);
