@@ -274,3 +274,25 @@ PTB_SAMPLE = Path(
         "/work/shared/data/ptb-sample/wsj_0001-0179.mrg.tar.gz",
     )
 )
+
+
+def set_seeded_weights(model, seed, eos_bias):
+    """Weights from a NumPy seed (the same model on every backend); PAD, UNK
+    and BOS made unlikely, EOS biased so that some rows end early."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for variable in model.weights:
+        shape = tuple(variable.shape)
+        if variable.path.endswith("gamma"):
+            value = np.ones(shape)
+        elif variable.path.endswith("beta"):
+            value = np.zeros(shape)
+        elif len(shape) == 1:
+            value = rng.normal(size=shape) * 0.1
+        else:
+            value = rng.normal(size=shape) / np.sqrt(shape[0])
+        if variable.path == "output_projection/bias":
+            value[[PAD_ID, UNK_ID, BOS_ID]] = -10.0
+            value[EOS_ID] = eos_bias
+        values.append(value.astype("float32"))
+    model.set_weights(values)

@@ -26,7 +26,7 @@ from keras_transformer.decoding.generator import SequenceGenerator, cached_step_
 from keras_transformer.decoding.search import NEG_INF
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.run.directory import RunDirectory
-from tests.helpers import small_config
+from tests.helpers import set_seeded_weights, small_config
 
 # Rows of different real lengths and an all-pad row (batch completion).
 SOURCE = np.array(
@@ -62,23 +62,7 @@ def seeded_model(seed: int, **changes):
         tie_output_projection=False,
     )
     model = build_transformer(small_config(**{**values, **changes}))
-    rng = np.random.default_rng(seed)
-    weights = []
-    for variable in model.weights:
-        shape = tuple(variable.shape)
-        if variable.path.endswith("gamma"):
-            value = np.ones(shape)
-        elif variable.path.endswith("beta"):
-            value = np.zeros(shape)
-        elif len(shape) == 1:
-            value = rng.normal(size=shape) * 0.1
-        else:
-            value = rng.normal(size=shape) / np.sqrt(shape[0])
-        if variable.path == "output_projection/bias":
-            value[[PAD_ID, UNK_ID, BOS_ID]] = -10.0
-            value[EOS_ID] = 2.0
-        weights.append(value.astype("float32"))
-    model.set_weights(weights)
+    set_seeded_weights(model, seed, eos_bias=2.0)
     return model
 
 

@@ -18,7 +18,7 @@ from keras_transformer.decoding.generator import (
     cached_step_fn,
     uncached_step_fn,
 )
-from tests.helpers import small_config
+from tests.helpers import set_seeded_weights, small_config
 
 # Rows of different real lengths, and an all-pad row (batch completion).
 SOURCE = np.array([[5, 9, 12, 7, 30], [8, 4, 0, 0, 0], [0, 0, 0, 0, 0]], np.int32)
@@ -26,28 +26,6 @@ MAX_EXTRA = 4
 MAX_LENGTH = SOURCE.shape[1] + MAX_EXTRA
 LIMITS = [5 + MAX_EXTRA, 2 + MAX_EXTRA, 1]
 EOS_BIAS = 2.0  # With seed 0: greedy ends row 1 with EOS, cuts row 0.
-
-
-def set_seeded_weights(model, seed, eos_bias):
-    """Weights from a NumPy seed (the same model on every backend); PAD, UNK
-    and BOS made unlikely, EOS biased so that some rows end early."""
-    rng = np.random.default_rng(seed)
-    values = []
-    for variable in model.weights:
-        shape = tuple(variable.shape)
-        if variable.path.endswith("gamma"):
-            value = np.ones(shape)
-        elif variable.path.endswith("beta"):
-            value = np.zeros(shape)
-        elif len(shape) == 1:
-            value = rng.normal(size=shape) * 0.1
-        else:
-            value = rng.normal(size=shape) / np.sqrt(shape[0])
-        if variable.path == "output_projection/bias":
-            value[[PAD_ID, 1, BOS_ID]] = -10.0
-            value[EOS_ID] = eos_bias
-        values.append(value.astype("float32"))
-    model.set_weights(values)
 
 
 @pytest.fixture(scope="module")
