@@ -249,6 +249,17 @@ class Translator:
         hypothesis per text), and per text {"satisfied", "unmet"}."""
         from keras_transformer.decoding.constraints import ConstrainedGenerator
 
+        if self.sampling is not None:
+            raise ValueError(
+                "Constraints and prefixes work with the search, not sampling: "
+                "use a Translator without `sampling` for them."
+            )
+        for name, given in (("constraints", constraints), ("prefixes", prefixes)):
+            if given is not None and len(given) != len(texts):
+                raise ValueError(
+                    f"{name} holds {len(given)} entries for {len(texts)} texts: "
+                    "give one per text (empty for none)."
+                )
         if self._constrained is None:
             self._constrained = ConstrainedGenerator(self.model, self.settings)
         texts = list(texts)

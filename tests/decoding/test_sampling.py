@@ -191,3 +191,15 @@ def test_sampling_with_a_beam_is_refused(model, tokenizer):
         Translator(
             model, tokenizer, beam_size=4, sampling=SamplingSettings(sampling="top-k")
         )
+
+
+def test_constraints_with_sampling_are_refused(model, tokenizer):
+    sampler = _sampler(model, tokenizer, sampling="top-k")
+    with pytest.raises(ValueError, match="work with the search, not sampling"):
+        sampler.generate(TEXTS, prefixes=[[5]] * len(TEXTS))
+
+
+def test_constraints_for_another_number_of_texts_are_refused(model, tokenizer):
+    translator = Translator(model, tokenizer, beam_size=1)
+    with pytest.raises(ValueError, match="constraints holds 1 entries for 4 texts"):
+        translator.generate(TEXTS, constraints=[[]])
