@@ -5,7 +5,10 @@ The model is described with CTranslate2's own model-spec API (a
 ReLU, the shared embedding matrix as source, target and output projection,
 and this run's positional table given row by row, since the paper's
 interleaved sinusoids are not CTranslate2's default layout), then saved next
-to the run's tokenizer. Weights are read from the `.keras` file with NumPy,
+to the run's tokenizer. The attention `translate_batch(return_attention=True)`
+returns is the last decoder layer's cross-attention averaged over all heads,
+the same as `translate --format jsonl`'s alignments (CTranslate2's default is
+the first head only). Weights are read from the `.keras` file with NumPy,
 so any backend exports without TensorFlow. The directory it writes::
 
     model.bin, config.json, shared_vocabulary.json   # CTranslate2's files
@@ -210,6 +213,9 @@ def build_spec(model, tokenizer, max_positions: int = DEFAULT_MAX_POSITIONS):
         (config.num_encoder_layers, config.num_decoder_layers),
         config.num_heads,
         pre_norm=config.norm_first,
+        # return_attention: last layer, mean of all heads (0), as scoring aligns.
+        alignment_layer=-1,
+        alignment_heads=0,
     )
     parts = model._parts
     source_table = _numpy(parts.source_embedding.embeddings)

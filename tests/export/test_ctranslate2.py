@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from keras_transformer.data.tokenizer import train_tokenizer
+from keras_transformer.decoding import scoring
+from keras_transformer.decoding.sampling import SamplingSettings
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.export.ctranslate2 import (
@@ -17,7 +20,13 @@ from keras_transformer.export.ctranslate2 import (
     translate_batch_options,
 )
 from keras_transformer.model import build_transformer
-from tests.helpers import ctranslate2_ids, make_corpus, small_config
+from tests.helpers import (
+    ctranslate2_ids,
+    make_corpus,
+    set_seeded_weights,
+    small_config,
+    to_numpy,
+)
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -184,3 +193,159 @@ def test_a_forced_prefix_decodes_alike_in_ctranslate2(tokenizer, tmp_path):
         theirs = [piece_ids[piece] for piece in result[0].hypotheses[0]]
         assert theirs[: len(prefix)] == prefix
         assert record["tokens"] == [tokenizer.id_to_piece(i) for i in theirs]
+
+
+@pytest.fixture(scope="module")
+def seeded(tokenizer, tmp_path_factory):
+    """A model whose greedy outputs end with EOS for "water." and are cut at
+    the length limit for the others (NumPy-seeded: alike on every backend),
+    with its CTranslate2 directory and a CTranslate2 translator."""
+    model = build_transformer(
+        small_config(
+            vocab_size=tokenizer.vocab_size,
+            dropout_rate=0.0,
+            tie_output_projection=False,
+        )
+    )
+    set_seeded_weights(model, seed=0, eos_bias=2.0)
+    directory = save_spec(model, tokenizer, tmp_path_factory.mktemp("seeded") / "ct2")
+    return model, ctranslate2.Translator(str(directory), intra_threads=1)
+
+
+def ct2_translate(translator, tokenizer, settings, sentence, **arguments):
+    """CTranslate2's result for one sentence, searched as `Translator` does
+    (`translate_batch_options`, its own length limit)."""
+    pieces = [tokenizer.id_to_piece(i) for i in tokenizer.encode([sentence])[0]]
+    return translator.translate_batch(
+        [pieces],
+        **translate_batch_options(tokenizer, settings),
+        max_decoding_length=len(pieces) + settings.max_extra_length,
+        **arguments,
+    )[0]
+
+
+def piece_ids(tokenizer, pieces):
+    ids = {tokenizer.id_to_piece(i): i for i in range(tokenizer.vocab_size)}
+    return [ids[piece] for piece in pieces]
+
+
+def test_returned_attention_is_the_alignment_of_token_details(seeded, tokenizer):
+    """`return_attention=True` returns, per output token, the last decoder
+    layer's cross-attention averaged over all heads (`build_spec`'s
+    alignment_layer=-1, alignment_heads=0): `scoring.token_details`' default
+    alignment. One row per returned token: with `return_end_token=True` the
+    EOS has its row (the last), without it the EOS and its row are dropped;
+    a sentence cut at the length limit has no EOS either way."""
+    model, ct2 = seeded
+    settings = SearchSettings(beam_size=1, alpha=0.0, max_extra_length=EXTRA)
+    with_end = [
+        ct2_translate(
+            ct2,
+            tokenizer,
+            settings,
+            sentence,
+            return_attention=True,
+            return_end_token=True,
+        )
+        for sentence in SENTENCES
+    ]
+    without_end = [
+        ct2_translate(ct2, tokenizer, settings, sentence, return_attention=True)
+        for sentence in SENTENCES
+    ]
+    outputs = [piece_ids(tokenizer, result.hypotheses[0]) for result in with_end]
+    sources = tokenizer.encode(SENTENCES)
+    layer = scoring.alignment_layer(model.config.num_decoder_layers)
+    details = scoring.token_details(model, sources, outputs, layer)
+    for source, ids, (_, ours), full, short in zip(
+        sources, outputs, details, with_end, without_end
+    ):
+        theirs = np.asarray(full.attention[0], np.float32)
+        assert theirs.shape == ours.shape == (len(ids), len(source))
+        np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=0)
+        ended = ids[-1] == tokenizer.eos_id
+        assert short.hypotheses[0] == full.hypotheses[0][: len(ids) - ended]
+        rows = len(ids) - ended
+        theirs = np.asarray(short.attention[0], np.float32)
+        np.testing.assert_allclose(theirs, ours[:rows], atol=1e-4, rtol=0)
+    ended = sum(ids[-1] == tokenizer.eos_id for ids in outputs)
+    assert 0 < ended < len(SENTENCES)  # Both kinds of row ends were compared.
+
+
+def test_sampling_among_the_top_1_is_greedy_in_both(seeded, tokenizer):
+    """CTranslate2's `sampling_topk=1`, this package's `--sampling top-k
+    --top-k 1` and greedy search give the same ids. A larger k cannot be
+    compared token for token: each library draws with its own random numbers
+    (NumPy's seeded generator here, CTranslate2's C++ one there); see the
+    next test for what can be checked."""
+    model, ct2 = seeded
+    settings = SearchSettings(beam_size=1, alpha=0.0, max_extra_length=EXTRA)
+    greedy = our_outputs(model, tokenizer, settings, SENTENCES)
+    top_1 = Translator(
+        model,
+        tokenizer,
+        settings,
+        sampling=SamplingSettings(sampling="top-k", top_k=1),
+    )
+    assert [ids.tolist() for ids in top_1.translate_ids(SENTENCES)] == greedy
+    ctranslate2.set_random_seed(1)
+    theirs = [
+        piece_ids(
+            tokenizer,
+            ct2_translate(
+                ct2,
+                tokenizer,
+                settings,
+                sentence,
+                sampling_topk=1,
+                return_end_token=True,
+            ).hypotheses[0],
+        )
+        for sentence in SENTENCES
+    ]
+    assert theirs == greedy
+
+
+def test_ctranslate2_samples_among_our_top_k(seeded, tokenizer):
+    """With `sampling_topk=K`, every token CTranslate2 draws is among the K
+    most probable of this model's distribution given the same prefix (the
+    tokens `Translator` never generates left out, as CTranslate2 leaves
+    them out), up to float rounding at the K-th place."""
+    model, ct2 = seeded
+    settings = SearchSettings(beam_size=1, alpha=0.0, max_extra_length=EXTRA)
+    top_k = 3
+    allowed = np.ones(tokenizer.vocab_size, bool)
+    allowed[[tokenizer.pad_id, tokenizer.bos_id]] = False
+    allowed[tokenizer.unk_id] = settings.allow_unk
+    ctranslate2.set_random_seed(7)
+    sources, outputs = [], []
+    for sentence, source in zip(SENTENCES, tokenizer.encode(SENTENCES)):
+        result = ct2_translate(
+            ct2,
+            tokenizer,
+            settings,
+            sentence,
+            sampling_topk=top_k,
+            num_hypotheses=2,
+            return_end_token=True,
+        )
+        for hypothesis in result.hypotheses:
+            sources.append(source)
+            outputs.append(piece_ids(tokenizer, hypothesis))
+    # One padded teacher-forced pass (causal: padding after a row's tokens
+    # changes none of its logits).
+    source_ids = np.zeros((len(sources), max(map(len, sources))), np.int32)
+    decoder_input = np.zeros((len(outputs), max(map(len, outputs))), np.int32)
+    for row, (source, ids) in enumerate(zip(sources, outputs)):
+        source_ids[row, : len(source)] = source
+        decoder_input[row, : len(ids)] = [tokenizer.bos_id, *ids[:-1]]
+    memory = model.encode(source_ids)
+    all_logits = to_numpy(model.decode(decoder_input, memory, source_ids))
+    below_best = 0
+    for ids, logits in zip(outputs, all_logits.astype(np.float32)):
+        logits = np.where(allowed, logits[: len(ids)], -np.inf)
+        kth = np.sort(logits, axis=-1)[:, -top_k]
+        chosen = logits[np.arange(len(ids)), ids]
+        assert np.all(chosen >= kth - 1e-4), ids
+        below_best += int(np.sum(chosen < logits.max(axis=-1) - 1e-4))
+    assert below_best  # Not all greedy: draws beyond the first were tested.
