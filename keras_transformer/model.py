@@ -236,6 +236,23 @@ class Transformer(keras.Model):
         )
         return weights
 
+    def teacher_forced(self, source_ids, target_ids) -> tuple:
+        """One inference pass over given outputs, for their scores and
+        alignments: ((B, T, V) float32 logits, the (B, H, T, S) float32
+        cross-attention weights of every decoder layer). The logits are
+        `decode`'s and the weights `attention_weights`', in one pass."""
+        weights: dict[str, list] = {}
+        source_ids = ops.convert_to_tensor(source_ids)
+        memory = _encode(self._parts, source_ids)
+        logits = _decode(
+            self._parts,
+            ops.convert_to_tensor(target_ids),
+            memory,
+            source_ids,
+            weights=weights,
+        )
+        return logits, weights["cross_attention"]
+
     def init_decode_cache(self, batch_size: int, max_length: int):
         """Zero self-attention caches: one (key, value) pair per decoder layer,
         (B, H, L_max, d_k) and (B, H, L_max, K) (d_k = K unless key_dim)."""

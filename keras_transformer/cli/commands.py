@@ -598,6 +598,7 @@ def _serve(args: argparse.Namespace) -> int:
         AllowedSettings,
         ServeOptions,
         parse_list,
+        parse_sampling_list,
     )
     from keras_transformer.serving.server import HttpPolicy, serve
 
@@ -615,6 +616,12 @@ def _serve(args: argparse.Namespace) -> int:
             parse_list("--allowed-alphas", alphas, float) if alphas else default.alphas,
         )
         allowed.require(settings.beam_size, settings.alpha)
+    if args.allowed_sampling or args.allow_constraints:
+        drawn = parse_sampling_list(args.allowed_sampling or "")
+        default = AllowedSettings.around(settings.beam_size, settings.alpha)
+        allowed = (allowed or default).replace(
+            sampling=drawn, constraints=args.allow_constraints
+        )
     policy = HttpPolicy(
         allowed=allowed,
         cors_origins=tuple(args.cors_origin),

@@ -353,6 +353,23 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: --alpha)",
     )
     parser.add_argument(
+        "--allowed-sampling",
+        help="comma-separated sampling methods a request may draw with, "
+        "METHOD:VALUE[:TEMPERATURE] each (top-k:10 draws among the 10 most "
+        "probable tokens, top-p:0.9:0.7 among the top 0.9 of the mass at "
+        "temperature 0.7), each compiled before the server is ready; a "
+        "request's seed and num_samples are free (--engine keras; default: "
+        "none)",
+    )
+    parser.add_argument(
+        "--allow-constraints",
+        action="store_true",
+        help="requests may give constraints (target phrases the translation "
+        "must contain) and target_prefix; the constrained search of each "
+        "allowed beam size is compiled before the server is ready (--engine "
+        "keras)",
+    )
+    parser.add_argument(
         "--warmup-tokens",
         type=_at_least(8),
         default=64,

@@ -567,6 +567,24 @@ class ConstrainedGenerator:
         )
         return logits[:, -1], cache
 
+    def warm_up(self, source_ids: np.ndarray) -> None:
+        """Compile the start and the step for batches shaped as (B, S)
+        `source_ids`, without searching (a server, before it is ready)."""
+        source_ids = np.asarray(source_ids, np.int32)
+        rows = len(source_ids) * self.settings.beam_size
+        cross_key_values, cache, source_rows = self._start(
+            ops.convert_to_tensor(source_ids)
+        )
+        logits, _ = self._step(
+            ops.convert_to_tensor(np.full((rows, 1), BOS_ID, np.int32)),
+            ops.convert_to_tensor(np.int32(0)),
+            cache,
+            ops.convert_to_tensor(np.arange(rows, dtype=np.int32)),
+            cross_key_values,
+            source_rows,
+        )
+        ops.convert_to_numpy(logits)  # Run to the end.
+
     def __call__(
         self,
         source_ids: np.ndarray,

@@ -185,6 +185,8 @@ def draw_tokens(log_probs, uniform, *, top_k: int | None, top_p: float, temperat
     vocab_size = ops.shape(log_probs)[-1]
     kept = vocab_size if top_k is None else min(top_k, vocab_size)
     sorted_scores, sorted_ids = ops.top_k(log_probs / temperature, kept)
+    if kept == 1:  # The argmax (and no softmax over one entry, which warns).
+        return ops.cast(sorted_ids[:, 0], "int32")
     probs = ops.softmax(sorted_scores, axis=-1)
     if top_p < 1.0:
         # A token is kept while the mass before it is short of top_p: the

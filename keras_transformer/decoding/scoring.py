@@ -49,7 +49,8 @@ def alignment_layer(num_decoder_layers: int, layer: int | None = None) -> int:
 def token_details(
     model, sources: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], layer
 ):
-    """Teacher-forced log-probabilities and cross-attention of `outputs`.
+    """Teacher-forced log-probabilities and cross-attention of `outputs`,
+    uncompiled (`ForcedScorer` compiles the same pass).
 
     Args:
         model: a `Transformer` (or an ensemble with its interface).
@@ -65,24 +66,131 @@ def token_details(
         return []
     width_s = max(1, max(len(s) for s in sources))
     width_t = max(1, max(len(o) for o in outputs))
-    source = np.zeros((len(sources), width_s), np.int32)
-    decoder_input = np.zeros((len(sources), width_t), np.int32)
-    target = np.zeros((len(sources), width_t), np.int32)
+    arrays = forced_arrays(sources, outputs, len(sources), width_s, width_t)
+    chosen, attention = _forced_pass(model, *arrays)
+    chosen, cross = ops.convert_to_numpy(chosen), ops.convert_to_numpy(attention[layer])
+    return _per_sentence(chosen, cross, sources, outputs)
+
+
+def forced_arrays(sources, outputs, rows: int, width_s: int, width_t: int):
+    """(source, decoder input, target) int32 arrays of `rows` rows (past
+    the sentences, padding), `width_s` and `width_t` wide."""
+    source = np.zeros((rows, width_s), np.int32)
+    decoder_input = np.zeros((rows, width_t), np.int32)
+    target = np.zeros((rows, width_t), np.int32)
     for row, (src, out) in enumerate(zip(sources, outputs)):
         source[row, : len(src)] = src
         decoder_input[row, : len(out)] = [BOS_ID, *out[:-1]][: len(out)]
         target[row, : len(out)] = out
-    logits = model.decode(decoder_input, model.encode(source), source)
-    log_probs = ops.convert_to_numpy(
-        ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-    )
-    chosen = np.take_along_axis(log_probs, target[..., None], axis=-1)[..., 0]
-    cross = model.attention_weights(source, decoder_input)["cross_attention"][layer]
-    cross = ops.convert_to_numpy(ops.mean(ops.cast(cross, "float32"), axis=1))
+    return source, decoder_input, target
+
+
+def _forced_pass(model, source, decoder_input, target):
+    """((B, T) float32 log-probability of each target id, (layers, B, T, S)
+    float32 cross-attention averaged over heads). One pass through a
+    `Transformer` (`teacher_forced`); an ensemble's mean log-probabilities
+    and mean attention otherwise."""
+    if hasattr(model, "teacher_forced"):
+        logits, cross = model.teacher_forced(source, decoder_input)
+    else:
+        logits = model.decode(decoder_input, model.encode(source), source)
+        cross = model.attention_weights(source, decoder_input)["cross_attention"]
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    target = ops.expand_dims(ops.cast(ops.convert_to_tensor(target), "int32"), -1)
+    chosen = ops.squeeze(ops.take_along_axis(log_probs, target, axis=-1), -1)
+    heads = [ops.mean(ops.cast(weights, "float32"), axis=1) for weights in cross]
+    return chosen, ops.stack(heads)
+
+
+def _per_sentence(chosen, cross, sources, outputs) -> list:
     return [
         (chosen[row, : len(out)], cross[row, : len(out), : len(src)])
         for row, (src, out) in enumerate(zip(sources, outputs))
     ]
+
+
+class ForcedScorer:
+    """`token_details`, compiled, for a server or a long run: the rows are
+    padded to the batch sizes the search runs at (`smaller_batch_size`) and
+    both sides to one length of `padded_length`'s few (8, 16, 32, ...), so a
+    handful of programs serve every request; padding changes no value (the
+    masks give it no weight, and it is cut off again). All layers' attention
+    comes back, so the alignment layer compiles nothing either.
+
+    Args:
+        model: a `Transformer` or an ensemble.
+        batch_size: rows per pass, at most (longer lists run in parts).
+        jit: compile the pass. Defaults to True.
+    """
+
+    def __init__(self, model, batch_size: int, jit: bool = True):
+        from keras_transformer.decoding.compile import compile_function
+
+        self.model = model
+        self.batch_size = batch_size
+        self.limit: int | None = None  # Lengths up to this pad to it at most.
+        fn = lambda s, d, t: _forced_pass(model, s, d, t)  # noqa: E731
+        self._pass = compile_function(fn, model) if jit else fn
+
+    def __call__(self, sources, outputs, layer: int) -> list:
+        """As `token_details(model, sources, outputs, layer)`."""
+        from keras_transformer.decoding.generator import smaller_batch_size
+
+        found = []
+        for start in range(0, len(sources), self.batch_size):
+            part_s = sources[start : start + self.batch_size]
+            part_o = outputs[start : start + self.batch_size]
+            rows = smaller_batch_size(self.batch_size, len(part_s))
+            longest = max([1, *map(len, part_s), *map(len, part_o)])
+            width = padded_length(longest, self.limit)
+            arrays = forced_arrays(part_s, part_o, rows, width, width)
+            chosen, attention = self._pass(*arrays)
+            chosen = ops.convert_to_numpy(chosen)
+            cross = ops.convert_to_numpy(attention[layer])
+            found += _per_sentence(chosen, cross, part_s, part_o)
+        return found
+
+    def warm_up(self, max_tokens: int, stop=lambda: False) -> int:
+        """Compile every shape a pass of sides up to `max_tokens` tokens can
+        take; returns the shapes run (fewer when `stop()` turned True)."""
+        from keras_transformer.decoding.generator import smaller_batch_size
+
+        self.limit = max_tokens
+        rows = sorted(
+            {
+                smaller_batch_size(self.batch_size, n)
+                for n in range(1, self.batch_size + 1)
+            }
+        )
+        shapes = [(r, n) for r in rows for n in padded_lengths(max_tokens)]
+        for count, (size, width) in enumerate(shapes):
+            if stop():
+                return count
+            ids = np.full((size, width), min(8, self.model.config.vocab_size - 1))
+            arrays = forced_arrays([], [], size, width, width)
+            ops.convert_to_numpy(self._pass(ids.astype(np.int32), *arrays[1:])[0])
+        return len(shapes)
+
+
+def padded_length(tokens: int, limit: int | None = None) -> int:
+    """The length a pass over `tokens` tokens (its longer side) is padded
+    to: the first of 8, 16, 32, ... (doubling) that holds them, but at most
+    `limit` rounded up to a multiple of 8 when they fit in that (a server's
+    longest side: 256 tokens pad to 256, 257 to 264, not 512)."""
+    length = 8
+    while length < tokens:
+        length *= 2
+    if limit is not None:
+        top = max(8, -(-limit // 8) * 8)
+        if tokens <= top:
+            length = min(length, top)
+    return length
+
+
+def padded_lengths(limit: int) -> list[int]:
+    """Every length `padded_length` pads to for up to `limit` tokens:
+    8, 16, 32, 64, 128, 256, 264 for 257."""
+    return sorted({padded_length(n, limit) for n in range(1, limit + 1)})
 
 
 def piece_words(tokenizer, ids: Sequence[int]) -> list[int]:

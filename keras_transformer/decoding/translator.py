@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 
@@ -80,7 +81,11 @@ class Translator:
             drop_finished=drop_finished,
             sampling=sampling,
         )
+        # The generator's, or `resampled`'s: the seed and samples differ.
+        self._sampling = self.generator.sampling
         self._constrained = None  # Made on first use (`generate`).
+        # Teacher-forced scores and alignments (`generate`), compiled.
+        self.scorer = scoring.ForcedScorer(model, batch_size, jit=jit)
 
     @property
     def settings(self) -> SearchSettings:
@@ -88,7 +93,18 @@ class Translator:
 
     @property
     def sampling(self) -> SamplingSettings | None:
-        return self.generator.sampling
+        return self._sampling
+
+    def resampled(self, seed: int | None, num_samples: int | None) -> Translator:
+        """This translator drawing with another seed and number of samples,
+        on the same compiled search: those two change no program (the seed
+        is read on the host, the samples are rows), so a server can take
+        them from each request."""
+        if self._sampling is None:
+            raise ValueError("resampled: this Translator does not sample.")
+        other = copy.copy(self)
+        other._sampling = self._sampling.replace(seed=seed, num_samples=num_samples)
+        return other
 
     @property
     def hypotheses_per_text(self) -> int:
@@ -180,6 +196,7 @@ class Translator:
         alignment_layer: int | None = None,
         constraints: Sequence[Sequence[Sequence[int]]] | None = None,
         prefixes: Sequence[Sequence[int]] | None = None,
+        abandoned=None,
     ) -> list[dict]:
         """Translations with their details, one dict per text, in order:
 
@@ -203,7 +220,7 @@ class Translator:
         "constraints": {"satisfied", "unmet"} (the unmet phrases' text, and
         "prefix" when the prefix did not fit). A text whose constraints no
         hypothesis met within the length limit gets the best one found,
-        reported so, never an error.
+        reported so, never an error. `abandoned`: as `search`'s.
         """
         texts = list(texts)
         layer = scoring.alignment_layer(
@@ -213,7 +230,7 @@ class Translator:
         if guided:
             results, reports = self._guided_search(texts, constraints, prefixes)
         else:
-            results, reports = self.search(texts), None
+            results, reports = self.search(texts, abandoned), None
         sources = self.tokenizer.encode(texts)
         normalization = self._normalization(guided)
         shown = self.hypotheses_per_text if self.sampling is not None else 1
@@ -247,8 +264,6 @@ class Translator:
     def _guided_search(self, texts, constraints, prefixes):
         """`search`'s results by the constrained beam search (its best
         hypothesis per text), and per text {"satisfied", "unmet"}."""
-        from keras_transformer.decoding.constraints import ConstrainedGenerator
-
         if self.sampling is not None:
             raise ValueError(
                 "Constraints and prefixes work with the search, not sampling: "
@@ -260,8 +275,6 @@ class Translator:
                     f"{name} holds {len(given)} entries for {len(texts)} texts: "
                     "give one per text (empty for none)."
                 )
-        if self._constrained is None:
-            self._constrained = ConstrainedGenerator(self.model, self.settings)
         texts = list(texts)
         constraints = constraints or [[] for _ in texts]
         prefixes = prefixes or [[] for _ in texts]
@@ -273,7 +286,7 @@ class Translator:
             chunk = order[start : start + self.batch_size]
             size = smaller_batch_size(self.batch_size, len(chunk))
             filler = [[]] * (size - len(chunk))
-            found = self._constrained(
+            found = self.constrained_generator()(
                 pad_batch([encoded[i] for i in chunk] + filler),
                 [constraints[i] for i in chunk] + filler,
                 [prefixes[i] for i in chunk] + filler,
@@ -294,6 +307,15 @@ class Translator:
                     bool(prefixes[index]),
                 )
         return results, reports
+
+    def constrained_generator(self):
+        """The `ConstrainedGenerator` of `generate`'s constraints and
+        prefixes, made on first use (one per Translator: its programs)."""
+        from keras_transformer.decoding.constraints import ConstrainedGenerator
+
+        if self._constrained is None:
+            self._constrained = ConstrainedGenerator(self.model, self.settings)
+        return self._constrained
 
     def _report(self, phrases, unmet, prefix_unmet: bool) -> dict:
         """{"satisfied", "unmet"}: the unmet phrases as text, and "prefix"
@@ -328,7 +350,7 @@ class Translator:
             chunk = wanted[start : start + self.batch_size]
             outputs = [_strip_pad(results[i][0][rank]).tolist() for i, rank in chunk]
             source_rows = [sources[i] for i, _ in chunk]
-            forced = scoring.token_details(self.model, source_rows, outputs, layer)
+            forced = self.scorer(source_rows, outputs, layer)
             strings = self._detokenize([np.asarray(o, np.int32) for o in outputs])
             for key, source, output, text, (log_probs, attention) in zip(
                 chunk, source_rows, outputs, strings, forced

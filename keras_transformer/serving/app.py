@@ -98,6 +98,9 @@ class Serving:
         searches = self.engine.warm_up(self.allowed, self.warmup_tokens, stop)
         # A few shapes cover every length allowed: all, whatever --warmup-tokens.
         attention = self.engine.warm_up_attention(self.options.max_text_tokens, stop)
+        # Outputs run up to the longest source + max_extra_length, then EOS.
+        longest = self.options.max_text_tokens + self.settings.max_extra_length + 1
+        details = self.engine.warm_up_details(longest, stop)
         if self.stopping:
             return
         self.warmup_seconds = round(time.perf_counter() - start, 2)
@@ -107,10 +110,11 @@ class Serving:
         self.ready = True
         log.info(
             "warm-up done in %.1f s: %d batch shapes, %d attention shapes, %d "
-            "programs compiled; ready",
+            "details shapes, %d programs compiled; ready",
             self.warmup_seconds,
             searches,
             attention,
+            details,
             self._compiled - before,
         )
         short = maps_running_short()
@@ -312,6 +316,12 @@ def _add_translate(app: FastAPI, serving: Serving) -> None:
             parsed, serving.settings, serving.options, serving.allowed
         )
         serving.engine.check_settings(job.settings)
+        key = job.settings
+        if job.details or job.sampling is not None or job.guided:
+            layer = None
+            if job.details:
+                layer = serving.engine.alignment_layer(job.alignment_layer)
+            key = protocol.Decoding(job.settings, job.sampling, layer, job.guided)
         _check_ready(serving)
         if parsed.split_sentences:
             documents = [split_document(text, serving.language) for text in job.texts]
@@ -321,14 +331,18 @@ def _add_translate(app: FastAPI, serving: Serving) -> None:
             fields = [f"texts[{index}]" for index in range(len(texts))]
         counts = _token_counts(serving.engine, serving.options, fields, texts)
         request.state.texts, request.state.tokens = len(texts), sum(counts)
+        items = texts
+        if job.guided:
+            allow_unk = job.settings.allow_unk
+            items = protocol.encode_guides(job, serving.engine.tokenizer, allow_unk)
         results = await _decode(
-            request, serving, serving.batcher.submit(texts, job.settings), start
+            request, serving, serving.batcher.submit(items, key), start
         )
         serving.metrics.texts_translated(len(texts))
         if documents is None:
-            answers = [_translation(h, job.n_best) for h in results]
+            answers = [_translation(result, job) for result in results]
         else:
-            answers = _documents(documents, texts, results, job.n_best)
+            answers = _documents(documents, texts, results, job)
         return JSONResponse(
             {
                 "translations": answers,
@@ -359,13 +373,13 @@ def _sentences(documents, options: ServeOptions) -> tuple[list[str], list[str]]:
     return texts, fields
 
 
-def _documents(documents, sentences, results, n_best: int) -> list[dict[str, Any]]:
+def _documents(documents, sentences, results, job) -> list[dict[str, Any]]:
     """Each document's sentences' translations, rejoined in its layout."""
     answers, position = [], 0
     for document in documents:
         count = len(document.sentences)
         mine = [
-            {"source": source, **_translation(hypotheses, n_best)}
+            {"source": source, **_translation(hypotheses, job)}
             for source, hypotheses in zip(
                 sentences[position : position + count],
                 results[position : position + count],
@@ -467,13 +481,39 @@ def _body_schema(model) -> dict[str, Any]:
     }
 
 
-def _translation(hypotheses: list[tuple[str, float]], n_best: int) -> dict[str, Any]:
-    best, score = hypotheses[0]
-    return {
-        "translation": best,
-        "score": score,
-        "n_best": [{"translation": t, "score": s} for t, s in hypotheses[:n_best]],
-    }
+def _translation(result, job: protocol.TranslateJob) -> dict[str, Any]:
+    """A text's answer from the engine's result: its hypotheses (or with
+    sampling its samples) as (translation, score) pairs, or with details
+    `Translator.generate`'s record."""
+    if isinstance(result, dict):
+        hypotheses = result.get("samples", [result])
+        answer = {
+            "translation": result["translation"],
+            "score": result["score"],
+            "n_best": result.get("n_best", [])[: job.n_best],
+        }
+        if job.details:
+            answer["details"] = _details(result)
+        if "constraints" in result:
+            answer["constraints"] = result["constraints"]
+    else:
+        hypotheses = [{"translation": t, "score": s} for t, s in result]
+        answer = {**hypotheses[0], "n_best": hypotheses[: job.n_best]}
+    if job.sampling is not None:  # Samples are not an n-best: none is best.
+        answer["n_best"] = []
+        answer["samples"] = [
+            {"translation": h["translation"], "score": h["score"]}
+            | ({"details": _details(h)} if job.details else {})
+            for h in hypotheses
+        ]
+    return answer
+
+
+def _details(record: dict) -> dict[str, Any]:
+    return {name: record[name] for name in _DETAILS}
+
+
+_DETAILS = ("normalization", "tokens", "token_scores", "alignment")
 
 
 def _since(start: float) -> float:

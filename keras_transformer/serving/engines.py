@@ -32,12 +32,18 @@ from typing import Any
 
 import numpy as np
 
+from keras_transformer.decoding import scoring
 from keras_transformer.decoding.compile import compile_function
+from keras_transformer.decoding.scoring import (
+    ForcedScorer,
+    padded_length,
+    padded_lengths,
+)
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import real_hypotheses
 from keras_transformer.run.directory import InferenceRun, RunDirectory
 from keras_transformer.serving.options import AllowedSettings
-from keras_transformer.serving.protocol import RequestError
+from keras_transformer.serving.protocol import Decoding, RequestError
 from keras_transformer.utils.setting_fields import flag_name
 from keras_transformer.version import __version__
 
@@ -56,6 +62,8 @@ class Engine:
 
     name = ""
     has_attention = False
+    # Takes --allowed-sampling and --allow-constraints (its own search).
+    has_guided_search = False
     score = ""  # What a hypothesis' score is, for /v1/info.
 
     def __init__(self, tokenizer, settings: SearchSettings):
@@ -78,6 +86,29 @@ class Engine:
         (the Keras engine, between search segments), the others ignore it."""
         raise NotImplementedError
 
+    def run_batch(self, texts: Sequence[str], key, abandoned=None) -> list:
+        """The batcher's call: `translate` for a `SearchSettings` key,
+        `decode` for a `Decoding` one (details or sampling)."""
+        if isinstance(key, Decoding):
+            return self.decode(texts, key, abandoned)
+        return self.translate(texts, key, abandoned)
+
+    def alignment_layer(self, layer: int | None) -> int:
+        """The 0-based decoder layer of a request's details (`layer` as
+        asked, None: the default); `RequestError` if it has none."""
+        raise RequestError(
+            422,
+            "details",
+            "details (tokens, token scores, alignments) need --engine keras; "
+            f"this server runs {self.name}. Leave details out.",
+        )
+
+    def decode(self, texts: Sequence[str], key: Decoding, abandoned=None) -> list:
+        """Per text, with details `Translator.generate`'s record (with its
+        n-best when searching), else the hypotheses or samples as
+        `translate`'s."""
+        raise NotImplementedError
+
     def allowed(self, asked: AllowedSettings | None) -> AllowedSettings:
         """The settings requests may use: `asked` (the flags), checked, or
         by default the server's own settings and greedy search."""
@@ -85,12 +116,27 @@ class Engine:
             self.settings.beam_size, self.settings.alpha
         )
         allowed.require(self.settings.beam_size, self.settings.alpha)
+        self._check_guided(allowed)
         for beam_size in allowed.beam_sizes:
             try:
                 self.check_settings(self.settings.replace(beam_size=beam_size))
             except RequestError as error:
                 raise ValueError(f"--allowed-beam-sizes: {error.message}") from None
         return allowed
+
+    def _check_guided(self, allowed: AllowedSettings) -> None:
+        if self.has_guided_search:
+            return
+        if allowed.sampling:
+            raise ValueError(
+                f"--allowed-sampling needs --engine keras; --engine {self.name} "
+                "does not draw with our seeds."
+            )
+        if allowed.constraints:
+            raise ValueError(
+                f"--allow-constraints needs --engine keras; --engine {self.name} "
+                "has no constrained search of ours."
+            )
 
     def warm_up(
         self, allowed: AllowedSettings, max_tokens: int, stop=lambda: False
@@ -119,6 +165,12 @@ class Engine:
         and translations up to `max_tokens` tokens; returns the shapes run
         (0: this engine has no attention). Called on a worker thread
         before the server says it is ready."""
+        return 0
+
+    def warm_up_details(self, max_tokens: int, stop=lambda: False) -> int:
+        """Compile the details' teacher-forced pass for every shape it can
+        meet, sides up to `max_tokens` tokens; returns the shapes run (0:
+        this engine has no details)."""
         return 0
 
     def _warm_up_texts(self, rows: int, tokens: int) -> list[str]:
@@ -174,6 +226,7 @@ class KerasEngine(Engine):
 
     name = "keras"
     has_attention = True
+    has_guided_search = True
     score = (
         "beam search: log-probability / ((5 + length) / 6) ** alpha; greedy: "
         "total log-probability"
@@ -196,6 +249,8 @@ class KerasEngine(Engine):
         self.batch_size = batch_size
         self._translators: collections.OrderedDict = collections.OrderedDict()
         self._translators_lock = threading.Lock()  # Workers share the cache.
+        # Shared by every Translator: its programs depend on the model alone.
+        self.scorer = ForcedScorer(run.model, batch_size)
         self._translator(settings)  # Refuses bad defaults before serving.
         # The longest side /v1/attention pads to (warm_up_attention sets it):
         # a request of up to this many tokens a side compiles nothing new.
@@ -213,19 +268,28 @@ class KerasEngine(Engine):
         (padded to multiples of 8), `SequenceGenerator.warm_up` compiles the
         start, each cache length and each batch size the search shrinks to.
         Returns the batch shapes warmed per setting times the settings."""
+        searches = [
+            (self.settings.replace(beam_size=beam_size, alpha=alpha), None)
+            for beam_size, alpha in allowed.combinations()
+        ]
+        greedy = self.settings.replace(beam_size=1)
+        searches += [(greedy, sampling) for sampling in allowed.sampling]
         # Every allowed setting keeps its compiled search: none is evicted.
-        combinations = allowed.combinations()
-        self.kept_translators = max(self.kept_translators, len(combinations))
+        self.kept_translators = max(self.kept_translators, len(searches))
         shapes = self.warm_up_shapes(max_tokens)
         token = min(self.tokenizer.vocab_size - 1, 8)  # A word, not a special id.
-        for beam_size, alpha in combinations:
-            settings = self.settings.replace(beam_size=beam_size, alpha=alpha)
-            generator = self._translator(settings).generator
-            for rows, tokens in shapes:
-                if stop():  # Shutting down: SIGTERM need not wait for it.
-                    return 0
-                generator.warm_up(np.full((rows, tokens), token, np.int32))
-        return len(shapes) * len(combinations)
+        for settings, sampling in searches:
+            translator = self._translator(settings, sampling)
+            generators = [translator.generator]
+            if allowed.constraints and sampling is None:
+                generators.append(translator.constrained_generator())
+            for generator in generators:
+                for rows, tokens in shapes:
+                    if stop():  # Shutting down: SIGTERM need not wait for it.
+                        return 0
+                    generator.warm_up(np.full((rows, tokens), token, np.int32))
+        guided = len(allowed.combinations()) if allowed.constraints else 0
+        return len(shapes) * (len(searches) + guided)
 
     def warm_up_shapes(self, max_tokens: int) -> list[tuple[int, int]]:
         """Every batch size `Translator` pads a batch to, by every source
@@ -241,33 +305,74 @@ class KerasEngine(Engine):
             (rows, length) for rows in sorted(sizes, reverse=True) for length in lengths
         ]
 
-    def _translator(self, settings: SearchSettings):
+    def _translator(self, settings: SearchSettings, sampling=None):
+        """The `Translator` of `settings` and `sampling` (one of the allowed,
+        with a request's seed and samples), kept: one compiled search each."""
         from keras_transformer.decoding.translator import Translator
 
         if settings.is_greedy:  # No length penalty: one search for any alpha.
             settings = settings.replace(alpha=self.settings.alpha)
+        draws = (
+            None if sampling is None else sampling.replace(seed=None, num_samples=None)
+        )
+        key = (settings, draws)
         with self._translators_lock:
-            translator = self._translators.pop(settings, None)
+            translator = self._translators.pop(key, None)
             if translator is None:
                 translator = Translator(
-                    self.run.model, self.tokenizer, settings, batch_size=self.batch_size
+                    self.run.model,
+                    self.tokenizer,
+                    settings,
+                    batch_size=self.batch_size,
+                    sampling=draws,
                 )
-            self._translators[settings] = translator
+                translator.scorer = self.scorer
+            self._translators[key] = translator
             while len(self._translators) > self.kept_translators:
                 self._translators.popitem(last=False)
+        if sampling is None:
             return translator
+        return translator.resampled(sampling.seed, sampling.num_samples)
 
     def translate(self, texts: Sequence[str], settings: SearchSettings, abandoned=None):
         return self._translator(settings).nbest(texts, abandoned)
 
+    def alignment_layer(self, layer: int | None) -> int:
+        try:
+            layers = self.run.model.config.num_decoder_layers
+            return scoring.alignment_layer(layers, layer)
+        except ValueError as error:
+            raise RequestError(422, "alignment_layer", str(error)) from None
+
+    def decode(self, texts: Sequence, key: Decoding, abandoned=None) -> list:
+        translator = self._translator(key.settings, key.sampling)
+        guides = {}
+        if key.guided:  # (text, phrases' ids, prefix ids) each.
+            texts, constraints, prefixes = map(list, zip(*texts))
+            guides = {"constraints": constraints, "prefixes": prefixes}
+        elif not key.details:
+            return translator.nbest(texts, abandoned)
+        return translator.generate(
+            texts,
+            n_best=key.sampling is None,
+            alignment_layer=key.alignment_layer,
+            abandoned=abandoned,
+            **guides,
+        )
+
+    def warm_up_details(self, max_tokens: int, stop=lambda: False) -> int:
+        """Every program of the details' pass (`ForcedScorer.warm_up`): the
+        batch sizes the search runs at by `padded_lengths(max_tokens)`."""
+        return self.scorer.warm_up(max_tokens, stop)
+
     def warm_up_attention(self, max_tokens: int, stop=lambda: False) -> int:
         """Compile `attention`'s program for each length it pads to, sources
         and translations of up to `max_tokens` tokens (the decoder's input
-        is one longer: BOS): `attention_lengths`, 7 programs for 256."""
+        is one longer: BOS): `scoring.padded_lengths`, 7 programs for 256."""
         # A word, not a special id: the masks treat id 0 as padding.
         token = min(self.tokenizer.vocab_size - 1, 8)
         self.attention_limit = max_tokens + 1
-        lengths = attention_lengths(self.attention_limit)
+        lengths = padded_lengths(self.attention_limit)
         for count, length in enumerate(lengths):
             if stop():  # Shutting down.
                 return count
@@ -280,7 +385,7 @@ class KerasEngine(Engine):
         tokens of `translation`: row i is the step that produced target
         token i (the last row, the end token).
 
-        Both sides are padded to one length, `attention_length`'s (8, 16,
+        Both sides are padded to one length, `scoring.padded_length`'s (8, 16,
         32, ... up to the server's limit), and the model runs compiled
         (eager JAX compiles every op of every new shape: 20 s and more): a
         handful of programs, all compiled at warm-up, where a program per
@@ -292,7 +397,7 @@ class KerasEngine(Engine):
         source_ids, target_ids = tokenizer.encode([source, translation])
         decoder_input = [tokenizer.bos_id, *target_ids]
         longest = max(len(source_ids), len(decoder_input))
-        length = attention_length(longest, self.attention_limit)
+        length = padded_length(longest, self.attention_limit)
         layers = self._attention_weights(
             pad_batch([source_ids], length), pad_batch([decoder_input], length)
         )
@@ -311,28 +416,6 @@ class KerasEngine(Engine):
     def info(self) -> dict[str, Any]:
         model = {**_model_info(self.run), "quantization": self.quantize}
         return {**super().info(), "model": model}
-
-
-def attention_length(tokens: int, limit: int | None = None) -> int:
-    """The length both sides of an attention request of `tokens` tokens
-    (its longer side) are padded to: the first of 8, 16, 32, ... (doubling)
-    that holds them, but at most `limit` rounded up to a multiple of 8 when
-    they fit in that (the longest side a server allows: 256 tokens pad to
-    256, 257 to 264, not 512)."""
-    length = 8
-    while length < tokens:
-        length *= 2
-    if limit is not None:
-        top = max(8, -(-limit // 8) * 8)
-        if tokens <= top:
-            length = min(length, top)
-    return length
-
-
-def attention_lengths(limit: int) -> list[int]:
-    """Every length `attention_length` pads to for up to `limit` tokens:
-    8, 16, 32, 64, 128, 256, 264 for 257."""
-    return sorted({attention_length(n, limit) for n in range(1, limit + 1)})
 
 
 def _float64(tensor) -> np.ndarray:
@@ -466,6 +549,8 @@ class SavedModelEngine(Engine):
                 )
 
     def allowed(self, asked: AllowedSettings | None) -> AllowedSettings:
+        if asked is not None:
+            self._check_guided(asked)
         fixed = self.model.settings
         only = AllowedSettings((fixed.beam_size,), (fixed.alpha,))
         if asked is not None and asked != only:

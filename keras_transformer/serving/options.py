@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from keras_transformer.decoding.sampling import SamplingSettings
 from keras_transformer.utils.setting_fields import check_setting, setting
 
 
@@ -153,6 +154,11 @@ class AllowedSettings:
 
     beam_sizes: tuple[int, ...]
     alphas: tuple[float, ...]
+    # Sampling methods a request may draw with (`--allowed-sampling`), each
+    # without seed and sample count (those compile nothing): none by default.
+    sampling: tuple[SamplingSettings, ...] = ()
+    # Constraints and target prefixes (`--allow-constraints`).
+    constraints: bool = False
 
     def __post_init__(self) -> None:
         for flag, values in (
@@ -200,7 +206,50 @@ class AllowedSettings:
         return pairs + [(size, alpha) for size in beams for alpha in self.alphas]
 
     def to_dict(self) -> dict:
-        return {"beam_sizes": list(self.beam_sizes), "alphas": list(self.alphas)}
+        return {
+            "beam_sizes": list(self.beam_sizes),
+            "alphas": list(self.alphas),
+            "sampling": [sampling_spec(s) for s in self.sampling],
+            "constraints": self.constraints,
+        }
+
+    def replace(self, **changes) -> AllowedSettings:
+        return dataclasses.replace(self, **changes)
+
+
+def sampling_spec(sampling: SamplingSettings) -> str:
+    """`top-k:10`, `top-p:0.9:0.7`: METHOD:VALUE[:TEMPERATURE]."""
+    value = sampling.k if sampling.sampling == "top-k" else sampling.p
+    spec = f"{sampling.sampling}:{value:g}"
+    if sampling.temperature is not None:
+        spec += f":{sampling.temperature:g}"
+    return spec
+
+
+def parse_sampling_list(text: str) -> tuple[SamplingSettings, ...]:
+    """`--allowed-sampling top-k:10,top-p:0.9:0.7` -> the `SamplingSettings`
+    a request may draw with (METHOD:VALUE[:TEMPERATURE] each, VALUE the k or
+    the p); a ValueError naming the flag and the part at fault."""
+    found = []
+    for part in (p.strip() for p in text.split(",") if text):
+        fields = part.split(":")
+        method = fields[0]
+        if method not in ("top-k", "top-p") or len(fields) not in (2, 3):
+            raise ValueError(
+                f"--allowed-sampling {text!r}: {part!r} is not METHOD:VALUE"
+                "[:TEMPERATURE] with METHOD top-k or top-p (e.g. top-k:10,"
+                "top-p:0.9:0.7)."
+            )
+        try:
+            value = int(fields[1]) if method == "top-k" else float(fields[1])
+            temperature = float(fields[2]) if len(fields) == 3 else None
+            own = {"top_k" if method == "top-k" else "top_p": value}
+            found.append(
+                SamplingSettings(sampling=method, temperature=temperature, **own)
+            )
+        except ValueError as error:
+            raise ValueError(f"--allowed-sampling {part!r}: {error}") from None
+    return tuple(dict.fromkeys(found))
 
 
 def _listed(values: tuple) -> str:

@@ -19,8 +19,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from keras_transformer.decoding.sampling import SamplingSettings
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.serving.options import AllowedSettings, ServeOptions
+from keras_transformer.serving.options import (
+    AllowedSettings,
+    ServeOptions,
+    sampling_spec,
+)
 from keras_transformer.utils.setting_fields import flag_name
 
 
@@ -75,6 +80,55 @@ class TranslateRequest(_Strict):
         "--source-language), translate them as one batch and rejoin them "
         "with the text's own whitespace and line breaks.",
     )
+    sampling: str | None = Field(
+        None,
+        description="Draw each token at random instead of searching: top-k or "
+        "top-p (nucleus), with top_k, top_p and temperature among the server's "
+        "--allowed-sampling (see /v1/info, allowed). The search's beam is 1; "
+        "samples holds each draw.",
+    )
+    top_k: int | None = Field(None, description="top-k: tokens drawn among.")
+    top_p: float | None = Field(
+        None, description="top-p: the probability mass drawn among, in (0, 1]."
+    )
+    temperature: float | None = Field(
+        None, description="Sampling: divides the log-probabilities, > 0."
+    )
+    seed: int | None = Field(
+        None,
+        description="Sampling: the same seed gives the same samples of a text "
+        "(its place in texts counts too). Default 0.",
+    )
+    num_samples: int | None = Field(
+        None,
+        description="Sampling: samples drawn per text (texts times samples at "
+        "most --max-texts). Default 1.",
+    )
+    constraints: list[list[str]] | None = Field(
+        None,
+        description="Per text, target phrases its translation must contain "
+        "([] for none): the constrained beam search (dynamic beam allocation). "
+        "Servers started with --allow-constraints.",
+    )
+    target_prefix: list[str] | None = Field(
+        None,
+        description='Per text, the text its translation must start with ("" '
+        "for none). Servers started with --allow-constraints.",
+    )
+    details: bool = Field(
+        False,
+        description="Add to each translation its tokens (subword pieces, the "
+        "end token last), token_scores (the model's log-probability of each), "
+        'alignment ("i-j": source word i to target word j, 0-based over '
+        "whitespace-separated words) and the score's normalization. The Keras "
+        "engine only.",
+    )
+    alignment_layer: int | None = Field(
+        None,
+        description="With details: the decoder layer whose cross-attention, "
+        "averaged over its heads, gives the alignment; negative counts from the "
+        "last. Default: the last.",
+    )
 
 
 class Hypothesis(BaseModel):
@@ -82,15 +136,40 @@ class Hypothesis(BaseModel):
     score: float
 
 
+class Details(BaseModel):
+    """What `details: true` adds to a translation (and to each sentence's)."""
+
+    normalization: str = Field(description="How score is normalised, in words.")
+    tokens: list[str] = Field(description="Subword pieces, the end token last.")
+    token_scores: list[float] = Field(
+        description="Log-probability of each token; they sum to the "
+        "unnormalised sentence log-probability."
+    )
+    alignment: list[str] = Field(
+        description='"i-j" pairs: source word i to target word j, 0-based.'
+    )
+
+
 class SentenceTranslation(BaseModel):
     source: str = Field(description="The sentence, as split from the text.")
     translation: str
     score: float
     n_best: list[Hypothesis]
+    details: Details | None = Field(None, description="With details: true.")
+
+
+class ConstraintsMet(BaseModel):
+    satisfied: bool = Field(description="Every phrase and the prefix are in.")
+    unmet: list[str] = Field(description="The phrases the translation lacks.")
+    prefix: str | None = Field(None, description='"unmet" when the prefix is not.')
+
+
+class Sample(Hypothesis):
+    details: Details | None = Field(None, description="With details: true.")
 
 
 class Translation(BaseModel):
-    translation: str = Field(description="The best hypothesis.")
+    translation: str = Field(description="The best hypothesis (the first sample).")
     score: float = Field(description="Its score (see /v1/info, score).")
     n_best: list[Hypothesis] = Field(
         description="The hypotheses, best first ([] with split_sentences: see "
@@ -98,6 +177,17 @@ class Translation(BaseModel):
     )
     sentences: list[SentenceTranslation] | None = Field(
         None, description="With split_sentences: each sentence's translation."
+    )
+    details: Details | None = Field(
+        None,
+        description="With details: true, of the best hypothesis (with "
+        "split_sentences: see each sentence's).",
+    )
+    samples: list[Sample] | None = Field(
+        None, description="With sampling: each sample, in the order drawn."
+    )
+    constraints: ConstraintsMet | None = Field(
+        None, description="With constraints or target_prefix: were they met?"
     )
 
 
@@ -142,11 +232,40 @@ class ErrorResponse(BaseModel):
 
 @dataclasses.dataclass(frozen=True)
 class TranslateJob:
-    """A valid translate request: its texts, settings and n-best size."""
+    """A valid translate request: its texts, settings and n-best size, and
+    with details the alignment layer asked for (None: the default)."""
 
     texts: list[str]
     settings: SearchSettings
     n_best: int
+    details: bool = False
+    alignment_layer: int | None = None
+    sampling: SamplingSettings | None = None  # One of the allowed, resampled.
+    # Per text (with --allow-constraints): its phrases, and its prefix ("").
+    constraints: list[list[str]] | None = None
+    prefixes: list[str] | None = None
+
+    @property
+    def guided(self) -> bool:
+        return self.constraints is not None or self.prefixes is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Decoding:
+    """What texts asked for with details or sampling are batched by, so
+    that one batch runs one of each: the search, the sampling (seed and
+    samples included) and with details the alignment layer (0-based)."""
+
+    settings: SearchSettings
+    sampling: SamplingSettings | None = None
+    alignment_layer: int | None = None  # None: no details.
+    # Each text comes as (text, phrases' ids, prefix ids): the constrained
+    # search's batches run their texts' own constraints.
+    guided: bool = False
+
+    @property
+    def details(self) -> bool:
+        return self.alignment_layer is not None
 
 
 def parse_body(body: bytes) -> Any:
@@ -282,6 +401,23 @@ def translate_job(
             check_text(field, text, limits.max_document_chars, "--max-document-chars")
         else:
             check_text(field, text, limits.max_text_chars)
+    if request.alignment_layer is not None and not request.details:
+        raise RequestError(
+            422,
+            "alignment_layer",
+            "alignment_layer chooses the layer of details' alignment: add "
+            '"details": true, or leave it out.',
+        )
+    sampling = request_sampling(request, allowed)
+    if sampling is not None:
+        if request.constraints is not None or request.target_prefix is not None:
+            raise RequestError(
+                422,
+                "sampling",
+                "Constraints and target_prefix guide the search, not sampling: "
+                "leave out one or the other.",
+            )
+        return _sampling_job(request, defaults, limits, sampling)
     settings = request_settings(request, defaults, allowed)
     n_best = settings.beam_size if request.n_best is None else request.n_best
     if not 1 <= n_best <= settings.beam_size:
@@ -291,7 +427,187 @@ def translate_job(
             f"n_best must be between 1 and the beam size ({settings.beam_size}). "
             f"Received: {n_best}",
         )
-    return TranslateJob(texts, settings, n_best)
+    job = TranslateJob(
+        texts, settings, n_best, request.details, request.alignment_layer
+    )
+    if request.constraints is None and request.target_prefix is None:
+        return job
+    return _guided_job(request, job, limits, allowed)
+
+
+def _guided_job(request, job, limits, allowed) -> TranslateJob:
+    """A job with constraints or prefixes, checked: one entry per text, no
+    blank phrase, text by text not split, the best hypothesis only."""
+    if not allowed.constraints:
+        raise RequestError(
+            422,
+            "constraints" if request.constraints is not None else "target_prefix",
+            "This server takes no constraints or target_prefix: start it with "
+            "--allow-constraints (each beam size's constrained search is then "
+            "compiled before it is ready).",
+        )
+    if request.split_sentences:
+        raise RequestError(
+            422,
+            "split_sentences",
+            "Constraints and target_prefix are per text; with split_sentences "
+            "a text is several sentences. Send each sentence as a text.",
+        )
+    if request.n_best not in (None, 1):
+        raise RequestError(
+            422,
+            "n_best",
+            "The constrained search returns its best hypothesis only: leave "
+            f"n_best out or 1. Received: {request.n_best}",
+        )
+    for name in ("constraints", "target_prefix"):
+        given = getattr(request, name)
+        if given is not None and len(given) != len(job.texts):
+            raise RequestError(
+                422,
+                name,
+                f"{name} has {len(given)} entries for {len(job.texts)} texts: give "
+                "one per text (an empty one for none).",
+            )
+    for index, phrases in enumerate(request.constraints or []):
+        for number, phrase in enumerate(phrases):
+            field = f"constraints[{index}][{number}]"
+            check_text(field, phrase, limits.max_text_chars)
+            if not phrase.strip():
+                raise RequestError(422, field, f"{field} is blank: give a phrase.")
+    for index, prefix in enumerate(request.target_prefix or []):
+        check_text(f"target_prefix[{index}]", prefix, limits.max_text_chars)
+    constraints = request.constraints
+    if constraints is not None:
+        constraints = [[p.strip() for p in phrases] for phrases in constraints]
+    prefixes = request.target_prefix
+    if prefixes is not None:
+        prefixes = [prefix.strip() for prefix in prefixes]
+    return dataclasses.replace(
+        job, n_best=1, constraints=constraints, prefixes=prefixes
+    )
+
+
+def encode_guides(job: TranslateJob, tokenizer, allow_unk: bool) -> list[tuple]:
+    """(text, phrases' ids, prefix ids) per text of a guided job; 422 for a
+    phrase or prefix that encodes to nothing or to the unknown piece (the
+    search never generates it, so it could never be met)."""
+    texts = job.texts
+    constraints = job.constraints or [[] for _ in texts]
+    prefixes = job.prefixes or ["" for _ in texts]
+    guides = []
+    for index, (text, phrases, prefix) in enumerate(zip(texts, constraints, prefixes)):
+        fields = [f"constraints[{index}][{n}]" for n in range(len(phrases))]
+        ids = _encode_guide(tokenizer, fields, phrases, allow_unk)
+        prefix_ids = []
+        if prefix:
+            field = f"target_prefix[{index}]"
+            prefix_ids = _encode_guide(tokenizer, [field], [prefix], allow_unk)[0]
+        guides.append((text, ids, prefix_ids))
+    return guides
+
+
+def _encode_guide(tokenizer, fields, texts, allow_unk: bool) -> list[list[int]]:
+    encoded = tokenizer.encode(list(texts)) if texts else []
+    for field, text, ids in zip(fields, texts, encoded):
+        if not len(ids):
+            raise RequestError(422, field, f"{field} ({text!r}) encodes to no piece.")
+        if tokenizer.unk_id in ids and not allow_unk:
+            raise RequestError(
+                422,
+                field,
+                f"{field} ({text!r}) holds a piece the tokenizer does not know, "
+                "and the search never generates the unknown token: it could "
+                "never be met. Respell it.",
+            )
+    return [list(map(int, ids)) for ids in encoded]
+
+
+_SAMPLING_FIELDS = ("sampling", "top_k", "top_p", "temperature", "seed", "num_samples")
+
+
+def request_sampling(
+    request: TranslateRequest, allowed: AllowedSettings
+) -> SamplingSettings | None:
+    """The request's sampling (None: it searches), validated by
+    `SamplingSettings` and one of the server's --allowed-sampling, whose
+    programs were compiled before it was ready; 422 naming the field."""
+    given = {
+        name: getattr(request, name)
+        for name in _SAMPLING_FIELDS
+        if getattr(request, name) is not None
+    }
+    if not given:
+        return None
+    given.setdefault("sampling", "greedy")
+    try:
+        asked = SamplingSettings(**given)
+    except ValueError as error:
+        field, message = _sampling_error(str(error))
+        raise RequestError(422, field, message) from None
+    if not asked.is_sampling:  # "greedy": the search, as without the field.
+        return None
+    for spec in allowed.sampling:
+        if draw_key(spec) == draw_key(asked):
+            return spec.replace(seed=asked.seed, num_samples=asked.num_samples)
+    shown = ", ".join(sampling_spec(spec) for spec in allowed.sampling)
+    raise RequestError(
+        422,
+        "sampling",
+        f"This server draws with {shown or 'no sampling'} (--allowed-sampling, "
+        f"METHOD:VALUE[:TEMPERATURE], each compiled before the server is "
+        f"ready); this request asks for {sampling_spec(asked)}.",
+    )
+
+
+def draw_key(sampling: SamplingSettings) -> tuple:
+    """What a compiled sampling program depends on: not the seed or the
+    number of samples."""
+    return sampling.sampling, sampling.k, sampling.p, sampling.draw_temperature
+
+
+def _sampling_error(message: str) -> tuple[str, str]:
+    """`SamplingSettings`' message with the request's field names for its
+    flags, and the first field it names."""
+    for name in (*_SAMPLING_FIELDS, "beam_size"):
+        flag = flag_name(name)
+        message = message.replace(f"{name} ({flag})", name).replace(flag, name)
+    named = [(message.find(name), name) for name in _SAMPLING_FIELDS if name in message]
+    return (min(named)[1] if named else "sampling"), message
+
+
+def _sampling_job(request, defaults, limits, sampling) -> TranslateJob:
+    """A sampling request's job: greedy settings (a sample is one token at
+    a time), no n-best, texts times samples within --max-texts."""
+    if request.beam_size not in (None, 1):
+        raise RequestError(
+            422,
+            "beam_size",
+            "beam_size: sampling draws one token at a time (beam 1); leave "
+            f"beam_size out. Received: {request.beam_size}",
+        )
+    if request.n_best is not None:
+        raise RequestError(
+            422, "n_best", "n_best is of the search; with sampling, see samples."
+        )
+    rows = len(request.texts) * sampling.samples
+    if rows > limits.max_texts:
+        raise RequestError(
+            413,
+            "num_samples",
+            f"{len(request.texts)} texts times num_samples {sampling.samples} are "
+            f"{rows} translations; the limit is {limits.max_texts} per request "
+            "(--max-texts). Send fewer texts or samples per request.",
+        )
+    settings = defaults.replace(beam_size=1)
+    return TranslateJob(
+        request.texts,
+        settings,
+        1,
+        request.details,
+        request.alignment_layer,
+        sampling,
+    )
 
 
 def request_settings(

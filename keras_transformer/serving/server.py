@@ -215,7 +215,7 @@ def _open(engine_name, run_dir, settings, options, policy, weights, scratch):
     # Read at scrape time: the batcher exists by then.
     metrics = ServerMetrics(stats=lambda: batcher.stats())
     batcher = Batcher(
-        engine.translate,
+        engine.run_batch,
         max_batch_size=batch_size,
         max_wait_ms=options.max_wait_ms,
         max_queue=options.max_queue,

@@ -186,6 +186,28 @@ def test_several_samples_per_text_with_their_scores(model, tokenizer):
             )
 
 
+def test_resampled_draws_as_a_new_translator_on_the_same_program(model, tokenizer):
+    """A server's seed and samples per request: `resampled` gives what a
+    Translator made with them gives, and compiles nothing new."""
+    from keras_transformer.decoding.compile import compilations
+
+    base = _sampler(model, tokenizer, sampling="top-k", top_k=20)
+    base.search(TEXTS)  # Compiles.
+    compiled = compilations()
+    resampled = base.resampled(seed=9, num_samples=2)
+    made = _sampler(model, tokenizer, sampling="top-k", top_k=20, seed=9, num_samples=2)
+    assert resampled.nbest(TEXTS) == made.nbest(TEXTS)
+    assert base.sampling.seed is None and resampled.sampling.samples == 2
+    assert resampled.generator is base.generator
+    if keras.backend.backend() != "torch":  # Torch runs eagerly: counts 0.
+        assert compilations() > compiled  # `made` compiled its own ...
+    before = compilations()
+    base.resampled(seed=10, num_samples=1).search(TEXTS)
+    assert compilations() == before  # ... `resampled` nothing.
+    with pytest.raises(ValueError, match="does not sample"):
+        Translator(model, tokenizer, beam_size=1).resampled(1, 1)
+
+
 def test_sampling_with_a_beam_is_refused(model, tokenizer):
     with pytest.raises(ValueError, match="needs --beam-size 1"):
         Translator(

@@ -106,14 +106,14 @@ def test_quantize_int8_loads_a_ctranslate2_export_as_int8(run_dir, tmp_path):
 
 
 def test_attention_pads_both_sides_to_a_few_lengths():
-    from keras_transformer.serving.engines import attention_length, attention_lengths
+    from keras_transformer.decoding.scoring import padded_length, padded_lengths
 
-    assert attention_lengths(257) == [8, 16, 32, 64, 128, 256, 264]
-    assert attention_lengths(61) == [8, 16, 32, 64]
-    assert attention_lengths(33) == [8, 16, 32, 40]
-    assert [attention_length(n, 61) for n in (1, 8, 9, 33, 61)] == [8, 8, 16, 64, 64]
-    assert attention_length(300, 257) == 512  # Past the limit: the ladder goes on.
-    assert attention_length(100) == 128  # No limit (no warm-up yet).
+    assert padded_lengths(257) == [8, 16, 32, 64, 128, 256, 264]
+    assert padded_lengths(61) == [8, 16, 32, 64]
+    assert padded_lengths(33) == [8, 16, 32, 40]
+    assert [padded_length(n, 61) for n in (1, 8, 9, 33, 61)] == [8, 8, 16, 64, 64]
+    assert padded_length(300, 257) == 512  # Past the limit: the ladder goes on.
+    assert padded_length(100) == 128  # No limit (no warm-up yet).
 
 
 def test_warmed_attention_compiles_nothing_and_gives_the_same_weights(
@@ -153,3 +153,46 @@ def test_a_warning_when_memory_mappings_run_short():
     warning = maps_running_short(lambda: (40_000, 65_530))
     assert "40,000 memory mappings of the 65,530" in warning
     assert "--warmup-tokens" in warning and "vm.max_map_count" in warning
+
+
+def test_details_are_translates_and_warmed_they_compile_nothing(run_dir, tmp_path):
+    """The Keras engine's details are `Translator.generate`'s records with
+    the n-best; the warm-up compiles every shape of their teacher-forced
+    pass, and padding to those shapes changes no score or alignment."""
+    import numpy as np
+
+    from keras_transformer.decoding.compile import compilations
+    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.run.directory import RunDirectory
+    from keras_transformer.serving.protocol import Decoding
+
+    keras_engine = engine("keras", run_dir, tmp_path)
+    key = Decoding(SETTINGS, None, keras_engine.alignment_layer(None))
+    before = keras_engine.run_batch(TEXTS, key)  # Unwarmed: exact widths.
+    assert keras_engine.warm_up_details(40) == 2 * 4  # Rows 4, 1 by 8..40.
+    compiled = compilations()
+    after = keras_engine.run_batch(TEXTS, key)
+    assert compilations() == compiled
+    run = RunDirectory(run_dir).open_for_inference()
+    plain = Translator(run.model, run.tokenizer, SETTINGS, batch_size=4)
+    expected = plain.generate(TEXTS, n_best=True)
+    for old, new, reference in zip(before, after, expected):
+        for record in (old, new):
+            assert record["tokens"] == reference["tokens"]
+            assert record["alignment"] == reference["alignment"]
+            assert record["n_best"] == reference["n_best"]
+            np.testing.assert_allclose(
+                record["token_scores"], reference["token_scores"], atol=1e-4
+            )
+    assert keras_engine.run_batch(TEXTS, SETTINGS) == keras_engine.translate(
+        TEXTS, SETTINGS
+    )
+    with pytest.raises(RequestError) as caught:
+        keras_engine.alignment_layer(1)  # One decoder layer: 0 or -1.
+    assert caught.value.field == "alignment_layer" and "[-1, 0]" in str(caught.value)
+    if importlib.util.find_spec("ctranslate2"):  # An engine without details.
+        other = engine("ctranslate2", run_dir, tmp_path / "c")
+        assert other.warm_up_details(40) == 0
+        with pytest.raises(RequestError) as caught:
+            other.alignment_layer(None)
+        assert caught.value.field == "details" and "--engine keras" in str(caught.value)

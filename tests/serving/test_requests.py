@@ -7,9 +7,14 @@ from __future__ import annotations
 import pytest
 
 from keras_transformer.cli import main
+from keras_transformer.decoding.sampling import SamplingSettings
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving import protocol
-from keras_transformer.serving.options import AllowedSettings, ServeOptions
+from keras_transformer.serving.options import (
+    AllowedSettings,
+    ServeOptions,
+    parse_sampling_list,
+)
 from keras_transformer.serving.protocol import RequestError, TranslateRequest
 from keras_transformer.serving.server import check_host
 
@@ -116,6 +121,125 @@ def test_search_options_are_range_checked(options, field, expected):
     assert "--alpha" not in message  # A request has fields, not flags.
 
 
+SAMPLING = ALLOWED.replace(sampling=parse_sampling_list("top-k:10,top-p:0.9:0.7"))
+
+
+def sampling_job(**body):
+    request = protocol.validate(TranslateRequest, {"texts": ["a", "b"], **body})
+    return protocol.translate_job(request, SearchSettings(), LIMITS, SAMPLING)
+
+
+def test_sampling_is_one_of_the_allowed_with_the_requests_seed_and_samples():
+    made = sampling_job(sampling="top-k", seed=7, num_samples=2)
+    assert made.settings == SearchSettings(beam_size=1)  # Sampling draws greedily.
+    assert made.sampling == SamplingSettings("top-k", top_k=10, seed=7, num_samples=2)
+    assert sampling_job(sampling="top-k", top_k=10).sampling.top_k == 10
+    nucleus = sampling_job(sampling="top-p", top_p=0.9, temperature=0.7).sampling
+    assert (nucleus.p, nucleus.temperature, nucleus.seed) == (0.9, 0.7, None)
+    assert sampling_job(sampling="greedy").sampling is None  # The search.
+    assert sampling_job().sampling is None
+    assert SAMPLING.to_dict()["sampling"] == ["top-k:10", "top-p:0.9:0.7"]
+
+
+@pytest.mark.parametrize(
+    "body, status, field, expected",
+    [
+        ({"sampling": "top-k", "top_k": 5}, 422, "sampling",
+         "draws with top-k:10, top-p:0.9:0.7 (--allowed-sampling"),
+        ({"sampling": "top-p"}, 422, "sampling", "this request asks for top-p:0.9."),
+        ({"sampling": "beam"}, 422, "sampling", "must be one of greedy, top-k"),
+        ({"sampling": "top-k", "top_k": 0}, 422, "top_k", "top_k must be >= 1"),
+        ({"sampling": "top-p", "top_p": 0}, 422, "top_p", "top_p must be > 0.0"),
+        ({"sampling": "top-k", "top_p": 0.5}, 422, "top_p",
+         "top_p applies to sampling top-p"),
+        ({"sampling": "top-k", "temperature": 0}, 422, "temperature",
+         "at 0 every draw would be the most probable token"),
+        ({"seed": 3}, 422, "seed", "seed applies to sampling only"),
+        ({"sampling": "top-k", "beam_size": 4}, 422, "beam_size", "beam 1"),
+        ({"sampling": "top-k", "n_best": 1}, 422, "n_best", "see samples"),
+        ({"sampling": "top-k", "num_samples": 3}, 413, "num_samples",
+         "2 texts times num_samples 3 are 6 translations; the limit is 4"),
+        ({"sampling": "top-k", "seed": -1}, 422, "seed", "seed must be >= 0"),
+    ],
+)  # fmt: skip
+def test_bad_sampling_requests_name_their_field(body, status, field, expected):
+    got, named, message = refused(sampling_job, **body)
+    assert (got, named) == (status, field), message
+    assert expected in message
+    assert "--top" not in message and "--seed" not in message  # Fields, not flags.
+
+
+GUIDED = ALLOWED.replace(constraints=True)
+
+
+def guided_job(allowed=GUIDED, **body):
+    request = protocol.validate(TranslateRequest, {"texts": ["a", "b"], **body})
+    return protocol.translate_job(request, SearchSettings(), LIMITS, allowed)
+
+
+def test_constraints_and_prefixes_come_per_text_stripped():
+    made = guided_job(constraints=[[" Hund "], []], target_prefix=["Ein", ""])
+    assert made.constraints == [["Hund"], []] and made.prefixes == ["Ein", ""]
+    assert made.guided and made.n_best == 1
+    assert guided_job(target_prefix=["x", "y"]).constraints is None
+    assert not guided_job().guided
+
+
+@pytest.mark.parametrize(
+    "body, status, field, expected",
+    [
+        ({"constraints": [["a"]]}, 422, "constraints",
+         "constraints has 1 entries for 2 texts"),
+        ({"target_prefix": ["a", "b", "c"]}, 422, "target_prefix", "3 entries"),
+        ({"constraints": [["a"], [" "]]}, 422, "constraints[1][0]", "is blank"),
+        ({"constraints": [["a"], ["b" * 21]]}, 413, "constraints[1][0]",
+         "the limit is 20"),
+        ({"target_prefix": ["a", "b" * 21]}, 413, "target_prefix[1]", "limit"),
+        ({"constraints": [[], []], "split_sentences": True}, 422,
+         "split_sentences", "Send each sentence as a text"),
+        ({"constraints": [[], []], "beam_size": 4, "n_best": 2}, 422, "n_best",
+         "best hypothesis only"),
+        ({"constraints": [[], []], "sampling": "top-k"}, 422, "sampling",
+         "not sampling"),
+        ({"constraints": "a"}, 422, "constraints", "valid list"),
+    ],
+)  # fmt: skip
+def test_bad_constraints_are_named(body, status, field, expected):
+    allowed = GUIDED.replace(sampling=SAMPLING.sampling)
+    got, named, message = refused(guided_job, allowed, **body)
+    assert (got, named) == (status, field), message
+    assert expected in message
+
+
+def test_constraints_need_allow_constraints():
+    status, field, message = refused(guided_job, ALLOWED, target_prefix=["a", ""])
+    assert (status, field) == (422, "target_prefix")
+    assert "--allow-constraints" in message
+
+
+def test_guides_are_encoded_and_unknown_pieces_refused():
+    from keras_transformer.data.tokenizer import train_tokenizer
+    from tests.helpers import make_corpus
+
+    # Without byte fallback an unseen character is the unknown piece.
+    tokenizer = train_tokenizer(make_corpus(), 120, byte_fallback=False)
+    made = guided_job(constraints=[["dog"], []], target_prefix=["", "the"])
+    guides = protocol.encode_guides(made, tokenizer, allow_unk=False)
+    assert [g[0] for g in guides] == ["a", "b"]
+    assert guides[0][1] == tokenizer.encode(["dog"]) and guides[0][2] == []
+    assert guides[1][1] == [] and guides[1][2] == tokenizer.encode(["the"])[0]
+    unknown = guided_job(constraints=[[], ["中"]])
+    status, field, message = refused(protocol.encode_guides, unknown, tokenizer, False)
+    assert (status, field) == (422, "constraints[1][0]")
+    assert "could never be met" in message
+
+
+def test_alignment_layer_needs_details():
+    status, field, message = refused(job, texts=["a"], alignment_layer=0)
+    assert (status, field) == (422, "alignment_layer") and "details" in message
+    assert job(texts=["a"], details=True, alignment_layer=-1).alignment_layer == -1
+
+
 def test_a_valid_request_gets_the_servers_settings_with_its_changes():
     made = job(texts=["a", ""], beam_size=2, alpha=0)
     assert made.settings == SearchSettings(beam_size=2, alpha=0.0)
@@ -198,7 +322,12 @@ def test_other_addresses_than_loopback_need_allow_remote():
             ],
             "own --beam-size 1 and --alpha 0.6",
         ),
-        (["--header-timeout-s", "0"], "must be > 0.0"),
+        (["--allowed-sampling", "top-k"], "'top-k' is not METHOD:VALUE[:TEMPER"),
+        (["--allowed-sampling", "beam:4"], "with METHOD top-k or top-p"),
+        (["--allowed-sampling", "top-k:0"], "'top-k:0': top_k (--top-k) must be >="),
+        (["--allowed-sampling", "top-p:1.5"], "top_p (--top-p) must be <= 1"),
+        (["--allowed-sampling", "top-k:x"], "'top-k:x': invalid literal for int"),
+        (["--allowed-sampling", "top-k:9:0"], "temperature (--temperature) must"),
         (["--max-requests-per-connection", "-1"], "must be >= 0"),
         (["--source-language", "english!"], "--source-language"),
         (["--api-key-file", "missing-key"], "--api-key-file missing-key"),

@@ -57,6 +57,9 @@ def test_info_names_the_engine_and_attention_is_refused(server):
     answer = server.post("/v1/attention", {"source": "a dog.", "translation": "x"})
     assert answer.status == 501
     assert "need --engine keras; this server runs ctranslate2" in answer.error()[1]
+    details = server.post("/v1/translate", {"texts": ["a dog."], "details": True})
+    assert details.status == 422 and details.error()[0] == "details"
+    assert "need --engine keras; this server runs ctranslate2" in details.error()[1]
 
 
 def test_concurrent_clients_get_what_translate_prints(

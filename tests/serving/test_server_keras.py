@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow
 EXTRA = 4
 LIMITS = ["--max-texts", "4", "--max-text-chars", "160", "--max-document-chars",
           "160", "--allowed-beam-sizes", "1,3,4", "--max-text-tokens", "150",
-          "--warmup-tokens", "16"]  # fmt: skip
+          "--warmup-tokens", "16", "--allowed-sampling", "top-k:5",
+          "--allow-constraints"]  # fmt: skip
 BATCHING = ["--max-batch-size", "4", "--max-wait-ms", "5", "--max-queue", "12"]
 # Batches side by side where the engine allows it, whatever the cores.
 WORKERS = 1 if keras.backend.backend() == "torch" else 2
@@ -119,6 +120,120 @@ def test_translate_answers_every_text_with_its_n_best(server):
     assert len(one["translations"][0]["n_best"]) == 1
 
 
+def test_details_are_what_translate_writes_as_jsonl(
+    server, run_dir, sentences, tmp_path, capsys
+):
+    """`details: true` gives each translation the tokens, token scores,
+    alignment and normalization that `translate --format jsonl` writes for
+    the same search; with split_sentences, each sentence's."""
+    texts = sentences[:3] + [""]
+    for beam_size in (1, 3):
+        flags = ["--format", "jsonl", "--n-best", "--beam-size", str(beam_size)]
+        lines = cli_translate(run_dir, texts, tmp_path, capsys, *flags)
+        expected = [json.loads(line) for line in lines]
+        asked = {"texts": texts, "details": True, "beam_size": beam_size}
+        answer = server.post("/v1/translate", {**asked, "alignment_layer": -1})
+        assert answer.status == 200, answer.body
+        for got, record in zip(answer.json()["translations"], expected):
+            assert got["translation"] == record["translation"]
+            assert got["score"] == pytest.approx(record["score"], abs=1e-4)
+            assert len(got["n_best"]) == len(record["n_best"])
+            details = got["details"]
+            for name in ("normalization", "tokens", "alignment"):
+                assert details[name] == record[name], name
+            assert details["token_scores"] == pytest.approx(
+                record["token_scores"], abs=1e-4
+            )
+    assert expected[0]["alignment"] and expected[-1]["tokens"] == []
+    split = server.post(
+        "/v1/translate",
+        {"texts": ["the dog sleeps. the cat eats."], "details": True,
+         "split_sentences": True, "beam_size": 1},
+    ).json()["translations"][0]  # fmt: skip
+    assert "details" not in split and len(split["sentences"]) == 2
+    for sentence in split["sentences"]:
+        plain = server.post(
+            "/v1/translate", {"texts": [sentence["source"]], "details": True,
+                              "beam_size": 1}
+        ).json()["translations"][0]  # fmt: skip
+        mine, alone = sentence["details"], plain["details"]
+        assert mine["tokens"] == alone["tokens"]  # Other rows: float rounding.
+        assert mine["token_scores"] == pytest.approx(alone["token_scores"], abs=1e-4)
+    assert (
+        "details"
+        not in server.post("/v1/translate", {"texts": ["a dog."]}).json()[
+            "translations"
+        ][0]
+    )
+
+
+def test_sampling_draws_what_translate_draws_with_the_same_seed(
+    server, run_dir, tmp_path, capsys
+):
+    """A seeded request draws the samples `translate --sampling` draws
+    with that seed, again and again; another seed draws others."""
+    texts = ["the dog sleeps.", "the old man likes the garden."]  # 4 samples.
+    flags = ["--sampling", "top-k", "--top-k", "5", "--seed", "3", "--num-samples"]
+    flags += ["2", "--beam-size", "1", "--format", "jsonl"]
+    expected = [json.loads(line) for line in cli_translate(
+        run_dir, texts, tmp_path, capsys, *flags)]  # fmt: skip
+    asked = {"texts": texts, "sampling": "top-k", "top_k": 5, "seed": 3}
+    answer = server.post("/v1/translate", {**asked, "num_samples": 2})
+    assert answer.status == 200, answer.body
+    got = answer.json()["translations"]
+    for mine, record in zip(got, expected):
+        assert [s["translation"] for s in mine["samples"]] == [
+            s["translation"] for s in record["samples"]
+        ]
+        assert mine["translation"] == record["translation"]
+        assert mine["n_best"] == []
+    assert len({s["translation"] for s in got[1]["samples"]}) == 2
+    again = server.post("/v1/translate", {**asked, "num_samples": 2})
+    assert again.json()["translations"] == got
+    detailed = server.post(
+        "/v1/translate", {**asked, "num_samples": 2, "details": True}
+    ).json()["translations"]
+    for mine, record in zip(detailed, expected):
+        tokens = [s["details"]["tokens"] for s in mine["samples"]]
+        assert tokens == [s["tokens"] for s in record["samples"]]
+    other = server.post("/v1/translate", {**asked, "seed": 4, "num_samples": 2})
+    assert other.json()["translations"] != got
+    info = server.get("/v1/info").json()
+    assert info["allowed"]["sampling"] == ["top-k:5"]
+    refused = server.post("/v1/translate", {**asked, "top_k": 6})
+    assert refused.status == 422 and refused.error()[0] == "sampling"
+    assert "draws with top-k:5 (--allowed-sampling" in refused.error()[1]
+
+
+def test_constraints_and_prefixes_give_what_translate_gives(
+    server, run_dir, tmp_path, capsys
+):
+    """Per text phrases and a prefix: the constrained search's translation
+    and report, as `translate --constraints --target-prefix` writes them."""
+    texts = ["the dog sleeps.", "the old man likes the garden.", "water."]
+    constraints = [["garden"], [], ["dog", "man"]]
+    prefixes = ["", "the", ""]
+    terms, starts = tmp_path / "terms.tsv", tmp_path / "prefixes.txt"
+    terms.write_text("".join("\t".join(p) + "\n" for p in constraints))
+    starts.write_text("".join(p + "\n" for p in prefixes))
+    flags = ["--constraints", str(terms), "--target-prefix", str(starts)]
+    lines = cli_translate(run_dir, texts, tmp_path, capsys, *flags, "--format", "jsonl")
+    expected = [json.loads(line) for line in lines]
+    body = {"texts": texts, "constraints": constraints, "target_prefix": prefixes}
+    answer = server.post("/v1/translate", body)
+    assert answer.status == 200, answer.body
+    for got, record in zip(answer.json()["translations"], expected):
+        assert got["translation"] == record["translation"]
+        assert got["score"] == pytest.approx(record["score"], abs=1e-4)
+        assert got["constraints"] == record["constraints"]
+        assert len(got["n_best"]) == 1 and "details" not in got
+    assert any(r["constraints"]["satisfied"] for r in expected)
+    detailed = server.post("/v1/translate", {**body, "details": True}).json()
+    tokens = [t["details"]["tokens"] for t in detailed["translations"]]
+    assert tokens == [r["tokens"] for r in expected]
+    assert server.get("/v1/info").json()["allowed"]["constraints"] is True
+
+
 def test_attention_gives_every_layer_and_head_with_both_sides_tokens(server):
     best = server.translate(["the old man likes the garden."])[0]
     answer = server.post(
@@ -167,6 +282,15 @@ def bad_requests(server) -> list[tuple[str, bytes, int, str]]:
         ("beam size not allowed", body(beam_size=7), 422, "beam_size"),
         ("n-best above the beam", body(beam_size=3, n_best=4), 422, "n_best"),
         ("alpha negative", body(alpha=-1), 422, "alpha"),
+        ("details not a bool", body(details="yes"), 422, "details"),
+        ("alignment layer alone", body(alignment_layer=0), 422, "alignment_layer"),
+        # One decoder layer: 0 or -1.
+        (
+            "alignment layer past the last",
+            body(details=True, alignment_layer=1),
+            422,
+            "alignment_layer",
+        ),  # fmt: skip
         ("body too large", b" " * 12_000, 413, "body"),  # Limit: 11,808.
     ]
 
