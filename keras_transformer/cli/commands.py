@@ -211,7 +211,7 @@ def _translator(
     if ensemble:
         from keras_transformer.decoding.ensemble import open_ensemble
 
-        model = open_ensemble(run, list(ensemble), model=model)
+        model = open_ensemble(run, list(ensemble), model=model, quantize=args.quantize)
     return Translator(model, run.tokenizer, settings, sampling=sampling)
 
 
@@ -367,11 +367,6 @@ def _decoder_features(args: argparse.Namespace):
         )
     if args.ensemble and args.preset:
         raise ValueError("--ensemble needs --run-dir (not --preset) for the run.")
-    if args.ensemble and args.quantize:
-        raise ValueError(
-            "--quantize does not apply to --ensemble: an ensemble decodes "
-            "float32 models."
-        )
     return sampling
 
 
@@ -635,6 +630,8 @@ def _serve(args: argparse.Namespace) -> int:
         _check_run_task(_run(args), "translation")
     if args.preset and args.export_dir:
         raise ValueError("--preset and --export-dir both name the weights: pass one.")
+    if args.ensemble and args.preset:
+        raise ValueError("--ensemble needs --run-dir (not --preset) for the run.")
     return serve(
         run_dir=args.run_dir,
         preset=args.preset,
@@ -648,6 +645,7 @@ def _serve(args: argparse.Namespace) -> int:
         model=args.model,
         export_dir=args.export_dir,
         quantize=args.quantize,
+        ensemble=tuple(args.ensemble),
     )
 
 

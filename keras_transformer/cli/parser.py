@@ -362,6 +362,14 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "none)",
     )
     parser.add_argument(
+        "--ensemble",
+        nargs="+",
+        metavar="MODEL_OR_RUN",
+        default=[],
+        help="decode with these models too, as translate --ensemble does "
+        "(--engine keras, with --run-dir)",
+    )
+    parser.add_argument(
         "--allow-constraints",
         action="store_true",
         help="requests may give constraints (target phrases the translation "

@@ -309,6 +309,7 @@ def open_ensemble(
     specs: Sequence[str | os.PathLike],
     *,
     model: Transformer | None = None,
+    quantize: str | None = None,
 ) -> Ensemble:
     """The main run's model and the members `specs` name, as an `Ensemble`.
 
@@ -331,6 +332,9 @@ def open_ensemble(
         specs: the members' paths.
         model: the main model to use in place of `run.model` (a quantized
             copy, say). Defaults to `run.model`.
+        quantize: "int8" quantizes each member as `--quantize` does the
+            main model (`quantization.quantize_model`; the main model is the
+            caller's to quantize). Defaults to None: as they are.
 
     Raises:
         ValueError: a path that is none of the above (named), a tokenizer
@@ -342,7 +346,11 @@ def open_ensemble(
             f"{run.run.path} was opened without its model "
             "(open_for_inference(load_model=False)); an ensemble needs it."
         )
+    from keras_transformer.quantization import quantize_model
+
     members = [_open_member(run, main, Path(spec)) for spec in specs]
+    for member in members:
+        quantize_model(member, quantize)
     return Ensemble([main, *members])
 
 

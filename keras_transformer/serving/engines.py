@@ -239,23 +239,30 @@ class KerasEngine(Engine):
         settings: SearchSettings,
         batch_size: int,
         quantize: str | None = None,
+        ensemble: Sequence[str] = (),
     ):
+        from keras_transformer.decoding.ensemble import open_ensemble
         from keras_transformer.quantization import quantize_model
 
         super().__init__(run.tokenizer, settings)
         quantize_model(run.model, quantize)  # Before anything compiles.
         self.quantize = quantize
         self.run = run
+        self.ensemble = tuple(ensemble)
+        # The run's model, or it and the --ensemble members as one.
+        self.model = run.model
+        if ensemble:
+            self.model = open_ensemble(run, ensemble, quantize=quantize)
         self.batch_size = batch_size
         self._translators: collections.OrderedDict = collections.OrderedDict()
         self._translators_lock = threading.Lock()  # Workers share the cache.
         # Shared by every Translator: its programs depend on the model alone.
-        self.scorer = ForcedScorer(run.model, batch_size)
+        self.scorer = ForcedScorer(self.model, batch_size)
         self._translator(settings)  # Refuses bad defaults before serving.
         # The longest side /v1/attention pads to (warm_up_attention sets it):
         # a request of up to this many tokens a side compiles nothing new.
         self.attention_limit: int | None = None
-        model = run.model
+        model = self.model
         self._attention_weights = compile_function(
             lambda s, t: model.attention_weights(s, t)["cross_attention"], model
         )
@@ -320,7 +327,7 @@ class KerasEngine(Engine):
             translator = self._translators.pop(key, None)
             if translator is None:
                 translator = Translator(
-                    self.run.model,
+                    self.model,
                     self.tokenizer,
                     settings,
                     batch_size=self.batch_size,
@@ -339,7 +346,7 @@ class KerasEngine(Engine):
 
     def alignment_layer(self, layer: int | None) -> int:
         try:
-            layers = self.run.model.config.num_decoder_layers
+            layers = self.model.config.num_decoder_layers
             return scoring.alignment_layer(layers, layer)
         except ValueError as error:
             raise RequestError(422, "alignment_layer", str(error)) from None
@@ -415,6 +422,8 @@ class KerasEngine(Engine):
 
     def info(self) -> dict[str, Any]:
         model = {**_model_info(self.run), "quantization": self.quantize}
+        if self.ensemble:  # Names, not paths (as the run's).
+            model["ensemble"] = [Path(spec).name for spec in self.ensemble]
         return {**super().info(), "model": model}
 
 
@@ -648,12 +657,15 @@ def open_engine(
     threads: int,
     workers: int = 1,
     quantize: str | None = None,
+    ensemble: Sequence[str] = (),
 ) -> Engine:
     """The engine `name` for the run in `run_dir`.
 
     CTranslate2 and SavedModel read `export_dir` when given, else export
     the run (with `model`, with `settings`) into `scratch` first. `quantize`
     ("int8"): Keras's int8 weights (keras) or CTranslate2's (ctranslate2).
+    `ensemble`: models decoding with the run's (`decoding.ensemble`), Keras
+    engine only.
     """
     from keras_transformer.quantization import check_quantize_mode
 
@@ -665,13 +677,17 @@ def open_engine(
             f"--quantize applies to --engine {' or '.join(QUANTIZING_ENGINES)}; "
             f"--engine {name} runs the weights its export holds."
         )
+    if ensemble and name != "keras":
+        raise ValueError(
+            f"--ensemble needs --engine keras; --engine {name} runs one export."
+        )
     if name == "keras":
         if export_dir is not None:
             raise ValueError(
                 "--export-dir is for --engine ctranslate2, savedmodel or onnx."
             )
         run = RunDirectory(run_dir).open_for_inference(model)
-        return KerasEngine(run, settings, batch_size, quantize)
+        return KerasEngine(run, settings, batch_size, quantize, ensemble)
     if export_dir is None:
         export_dir = _export(name, run_dir, settings, model, scratch / name)
     elif model is not None:

@@ -145,9 +145,10 @@ def serve(
     export_dir: str | None = None,
     preset: str | None = None,
     quantize: str | None = None,
+    ensemble: tuple[str, ...] = (),
 ) -> int:
     """Serve the run in `run_dir` (or the `preset` directory) until SIGTERM
-    or Ctrl-C; returns 0. `quantize`: see `open_engine`."""
+    or Ctrl-C; returns 0. `quantize`, `ensemble`: see `open_engine`."""
     from keras_transformer.utils.optional_imports import require
 
     check_host(host, allow_remote)
@@ -165,7 +166,7 @@ def serve(
             from keras_transformer.export.preset import preset_as_run
 
             run_dir = str(preset_as_run(preset, Path(scratch) / "preset-run"))
-        weights = _Weights(model, export_dir, quantize)
+        weights = _Weights(model, export_dir, quantize, tuple(ensemble))
         serving = _open(engine, run_dir, settings, options, policy, weights, scratch)
         serving.language = language
         app = _guarded(serving, policy, api_key, host)
@@ -186,6 +187,7 @@ class _Weights:
     model: str | None = None
     export_dir: str | None = None
     quantize: str | None = None
+    ensemble: tuple[str, ...] = ()  # More models, decoding with the run's.
 
 
 def _open(engine_name, run_dir, settings, options, policy, weights, scratch):
@@ -206,6 +208,7 @@ def _open(engine_name, run_dir, settings, options, policy, weights, scratch):
         model=weights.model,
         export_dir=weights.export_dir,
         quantize=weights.quantize,
+        ensemble=weights.ensemble,
         scratch=Path(scratch),
         batch_size=batch_size,
         threads=options.threads or default_threads(workers),

@@ -81,6 +81,19 @@ def test_an_ensemble_of_the_run_with_itself_translates_as_the_run(
     assert capsys.readouterr().out == alone
 
 
+def test_quantize_applies_to_every_member_of_an_ensemble(run_dir, source, capsys):
+    """int8 members: the int8 run with itself translates as the int8 run,
+    which translates otherwise than the float32 run (so a member left in
+    float32 would show)."""
+    assert _translate(run_dir, source, "--quantize", "int8") == 0
+    alone = capsys.readouterr().out
+    assert _translate(run_dir, source) == 0
+    assert capsys.readouterr().out != alone
+    flags = ["--ensemble", str(run_dir), "--quantize", "int8"]
+    assert _translate(run_dir, source, *flags) == 0
+    assert capsys.readouterr().out == alone
+
+
 def test_constraints_and_a_prefix_appear_in_the_output(
     run_dir, source, tmp_path, capsys
 ):

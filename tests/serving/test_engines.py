@@ -196,3 +196,24 @@ def test_details_are_translates_and_warmed_they_compile_nothing(run_dir, tmp_pat
         with pytest.raises(RequestError) as caught:
             other.alignment_layer(None)
         assert caught.value.field == "details" and "--engine keras" in str(caught.value)
+
+
+def test_an_ensemble_of_the_run_with_itself_serves_as_the_run(run_dir, tmp_path):
+    from keras_transformer.decoding.ensemble import Ensemble
+    from keras_transformer.serving.protocol import Decoding
+
+    alone = engine("keras", run_dir, tmp_path)
+    both = engine("keras", run_dir, tmp_path / "e", ensemble=[str(run_dir)])
+    assert isinstance(both.model, Ensemble) and len(both.model) == 2
+    ours, theirs = both.translate(TEXTS, SETTINGS), alone.translate(TEXTS, SETTINGS)
+    assert [[t for t, _ in h] for h in ours] == [[t for t, _ in h] for h in theirs]
+    for mine, its in zip(ours, theirs):  # Renormalised: float rounding.
+        assert [s for _, s in mine] == pytest.approx([s for _, s in its], abs=1e-4)
+    key = Decoding(SETTINGS, None, 0)
+    assert [r["tokens"] for r in both.run_batch(TEXTS, key)] == [
+        r["tokens"] for r in alone.run_batch(TEXTS, key)
+    ]
+    assert both.info()["model"]["ensemble"] == [run_dir.name]
+    assert "ensemble" not in alone.info()["model"]
+    with pytest.raises(ValueError, match="--ensemble needs --engine keras"):
+        engine("onnx", run_dir, tmp_path / "o", ensemble=[str(run_dir)])

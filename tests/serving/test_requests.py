@@ -328,6 +328,11 @@ def test_other_addresses_than_loopback_need_allow_remote():
         (["--allowed-sampling", "top-p:1.5"], "top_p (--top-p) must be <= 1"),
         (["--allowed-sampling", "top-k:x"], "'top-k:x': invalid literal for int"),
         (["--allowed-sampling", "top-k:9:0"], "temperature (--temperature) must"),
+        (["--header-timeout-s", "0"], "must be > 0.0"),
+        (
+            ["--ensemble", "/nonexistent/run", "--engine", "ctranslate2"],
+            "--ensemble needs --engine keras",
+        ),  # fmt: skip
         (["--max-requests-per-connection", "-1"], "must be >= 0"),
         (["--source-language", "english!"], "--source-language"),
         (["--api-key-file", "missing-key"], "--api-key-file missing-key"),
