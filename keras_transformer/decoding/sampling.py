@@ -182,12 +182,51 @@ def draw_tokens(log_probs, uniform, *, top_k: int | None, top_p: float, temperat
 
     log_probs = ops.convert_to_tensor(log_probs, "float32")
     uniform = ops.convert_to_tensor(uniform, "float32")
+    scores = log_probs / temperature
     vocab_size = ops.shape(log_probs)[-1]
+    if top_k is None and top_p < 1.0 and vocab_size > NUCLEUS_HEAD:
+        return _nucleus(scores, uniform, top_p)
     kept = vocab_size if top_k is None else min(top_k, vocab_size)
-    sorted_scores, sorted_ids = ops.top_k(log_probs / temperature, kept)
+    sorted_scores, sorted_ids = ops.top_k(scores, kept)
     if kept == 1:  # The argmax (and no softmax over one entry, which warns).
         return ops.cast(sorted_ids[:, 0], "int32")
     probs = ops.softmax(sorted_scores, axis=-1)
+    return _inverse_cdf(probs, sorted_ids, uniform, top_p)
+
+
+# Top-p looks among this many most probable tokens first: sorting the whole
+# vocabulary at every step made top-p 0.08x as fast as greedy decoding, and
+# a trained model's nucleus is usually far smaller.
+NUCLEUS_HEAD = 256
+
+
+def _nucleus(scores, uniform, top_p: float):
+    """Top-p over the whole vocabulary without sorting all of it when the
+    `NUCLEUS_HEAD` most probable tokens of every row hold the mass `top_p`
+    (then the nucleus lies among them, and the draw is the same as over the
+    sorted vocabulary, up to float rounding); else over all of it."""
+    from keras import ops
+
+    total = ops.logsumexp(scores, axis=-1, keepdims=True)
+    head_scores, head_ids = ops.top_k(scores, NUCLEUS_HEAD)
+    head_mass = ops.sum(ops.exp(head_scores - total), axis=-1)
+
+    def draw(sorted_scores, sorted_ids):
+        probs = ops.exp(sorted_scores - total)  # Of the whole vocabulary.
+        return _inverse_cdf(probs, sorted_ids, uniform, top_p)
+
+    return ops.cond(
+        ops.all(head_mass >= top_p),
+        lambda: draw(head_scores, head_ids),
+        lambda: draw(*ops.top_k(scores, ops.shape(scores)[-1])),
+    )
+
+
+def _inverse_cdf(probs, sorted_ids, uniform, top_p: float):
+    """The token of each row whose cumulative probability first passes
+    `uniform` times the kept mass; `probs` (N, K) sorted descending."""
+    from keras import ops
+
     if top_p < 1.0:
         # A token is kept while the mass before it is short of top_p: the
         # most probable one always is.
@@ -198,6 +237,6 @@ def draw_tokens(log_probs, uniform, *, top_k: int | None, top_p: float, temperat
     # The first token whose cdf passes the threshold: a token of probability
     # 0 never does (its cdf equals the one before it).
     index = ops.sum(ops.cast(cdf <= threshold, "int32"), axis=-1)
-    index = ops.minimum(index, kept - 1)
+    index = ops.minimum(index, ops.shape(probs)[-1] - 1)
     token = ops.take_along_axis(sorted_ids, index[:, None], axis=-1)[:, 0]
     return ops.cast(token, "int32")

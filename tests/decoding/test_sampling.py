@@ -61,6 +61,43 @@ def test_top_p_keeps_the_fewest_tokens_reaching_p():
     assert set(_draw(uniform, top_p=0.45)) == {1}
 
 
+def _sorted_draw(log_probs, uniform, top_p, temperature):
+    """Top-p by the closed form, over the whole sorted vocabulary (NumPy)."""
+    scores = log_probs.astype(np.float64) / temperature
+    order = np.argsort(-scores, axis=-1, kind="stable")
+    probs = np.exp(np.take_along_axis(scores, order, -1))
+    probs /= probs.sum(-1, keepdims=True)
+    probs = np.where(np.cumsum(probs, -1) - probs < top_p, probs, 0.0)
+    cdf = np.cumsum(probs, -1)
+    index = (cdf <= uniform[:, None] * cdf[:, -1:]).sum(-1)
+    return np.take_along_axis(order, index[:, None], -1)[:, 0].tolist()
+
+
+def test_top_p_looks_among_the_head_first_and_draws_as_over_all():
+    """A large vocabulary: rows whose nucleus lies among the first
+    NUCLEUS_HEAD tokens draw there, a batch with a flat row sorts it all;
+    both draw what the whole sorted vocabulary gives."""
+    from keras_transformer.decoding.sampling import NUCLEUS_HEAD
+
+    rng = np.random.default_rng(3)
+    vocab = 4 * NUCLEUS_HEAD
+    peaked = rng.normal(size=(8, vocab)) * 4  # Most mass on a few tokens.
+    flat = rng.normal(size=(1, vocab)) * 0.01  # Its nucleus: most of them.
+    uniform = rng.random(9).astype("float32")
+    for rows in (peaked, np.concatenate([peaked, flat])):
+        log_probs = rows - np.log(np.exp(rows).sum(-1, keepdims=True))
+        log_probs = log_probs.astype("float32")
+        u = uniform[: len(rows)]
+        for top_p, temperature in ((0.9, 1.0), (0.5, 0.7)):
+            tokens = to_numpy(
+                draw_tokens(log_probs, u, top_k=None, top_p=top_p,
+                            temperature=temperature)
+            ).tolist()  # fmt: skip
+            assert tokens == _sorted_draw(log_probs, u, top_p, temperature)
+    head = np.sort(np.exp(log_probs[-1]))[::-1][:NUCLEUS_HEAD].sum()
+    assert head < 0.5  # The flat row's nucleus is past the head.
+
+
 def test_temperature_flattens_or_sharpens():
     uniform = (np.arange(2000) + 0.5) / 2000
     for temperature in (0.5, 2.0):

@@ -126,7 +126,12 @@ def test_a_setting_not_allowed_is_a_422_naming_the_allowed_values(server):
         assert answer.status == 422 and answer.error()[0] == field
         assert shown in answer.error()[1]
     info = server.get("/v1/info").json()
-    assert info["allowed"] == {"beam_sizes": [1, 4], "alphas": [0.6, 1.0]}
+    assert info["allowed"] == {
+        "beam_sizes": [1, 4],
+        "alphas": [0.6, 1.0],
+        "sampling": [],  # None unless --allowed-sampling.
+        "constraints": False,  # Unless --allow-constraints.
+    }
     assert "/" not in info["model"]["run"]  # No absolute paths.
     assert str(server.log.parent) not in json.dumps(info)
 
