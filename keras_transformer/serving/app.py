@@ -316,12 +316,7 @@ def _add_translate(app: FastAPI, serving: Serving) -> None:
             parsed, serving.settings, serving.options, serving.allowed
         )
         serving.engine.check_settings(job.settings)
-        key = job.settings
-        if job.details or job.sampling is not None or job.guided:
-            layer = None
-            if job.details:
-                layer = serving.engine.alignment_layer(job.alignment_layer)
-            key = protocol.Decoding(job.settings, job.sampling, layer, job.guided)
+        key = _batch_key(serving.engine, job)
         _check_ready(serving)
         if parsed.split_sentences:
             documents = [split_document(text, serving.language) for text in job.texts]
@@ -350,6 +345,16 @@ def _add_translate(app: FastAPI, serving: Serving) -> None:
                 "milliseconds": _since(start),
             }
         )
+
+
+def _batch_key(engine: Engine, job: protocol.TranslateJob):
+    """What the job's texts are batched and decoded by: its search settings,
+    or with details, sampling or constraints a `Decoding` (the alignment
+    layer checked by the engine, which may have no details)."""
+    if not (job.details or job.sampling is not None or job.guided):
+        return job.settings
+    layer = engine.alignment_layer(job.alignment_layer) if job.details else None
+    return protocol.Decoding(job.settings, job.sampling, layer, job.guided)
 
 
 def _sentences(documents, options: ServeOptions) -> tuple[list[str], list[str]]:
