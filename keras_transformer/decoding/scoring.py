@@ -197,19 +197,34 @@ def piece_words(tokenizer, ids: Sequence[int]) -> list[int]:
     """The word index of each piece of `ids` (no EOS): the pieces up to it,
     detokenized, split at whitespace. A piece that only opens a word (a
     text ending in a space) belongs to the word that follows."""
-    ids = list(ids)
-    if not ids:
-        return []
-    prefixes = np.zeros((len(ids), len(ids)), np.int32)
-    for end in range(len(ids)):
-        prefixes[end, : end + 1] = ids[: end + 1]
-    texts = tokenizer.detokenize(prefixes)
-    total = max(len(texts[-1].split()), 1)
-    words = []
-    for text in texts:
-        index = len(text.split()) - (0 if text[-1:].isspace() else 1)
-        words.append(min(max(index, 0), total - 1))
-    return words
+    return pieces_words(tokenizer, [ids])[0]
+
+
+def pieces_words(tokenizer, sequences: Sequence[Sequence[int]]) -> list[list[int]]:
+    """`piece_words` of each sequence, with one call of the tokenizer for
+    all their prefixes (a call per sequence cost more than the search)."""
+    sequences = [list(ids) for ids in sequences]
+    width = max((len(ids) for ids in sequences), default=0)
+    count = sum(len(ids) for ids in sequences)
+    if not count:
+        return [[] for _ in sequences]
+    prefixes = np.zeros((count, width), np.int32)
+    row = 0
+    for ids in sequences:
+        for end in range(len(ids)):
+            prefixes[row, : end + 1] = ids[: end + 1]
+            row += 1
+    texts = iter(tokenizer.detokenize(prefixes))
+    found = []
+    for ids in sequences:
+        mine = [next(texts) for _ in ids]
+        total = max(len(mine[-1].split()), 1) if mine else 1
+        words = []
+        for text in mine:
+            index = len(text.split()) - (0 if text[-1:].isspace() else 1)
+            words.append(min(max(index, 0), total - 1))
+        found.append(words)
+    return found
 
 
 def word_alignment(

@@ -352,18 +352,18 @@ class Translator:
             source_rows = [sources[i] for i, _ in chunk]
             forced = self.scorer(source_rows, outputs, layer)
             strings = self._detokenize([np.asarray(o, np.int32) for o in outputs])
-            for key, source, output, text, (log_probs, attention) in zip(
-                chunk, source_rows, outputs, strings, forced
+            words = scoring.pieces_words(
+                self.tokenizer, source_rows + [scoring.strip_eos(o) for o in outputs]
+            )
+            for n, (key, output, text, (log_probs, attention)) in enumerate(
+                zip(chunk, outputs, strings, forced)
             ):
-                words = scoring.strip_eos(output)
                 details[key] = {
                     "translation": text,
                     "tokens": [pieces(i) for i in output],
                     "token_scores": [float(x) for x in log_probs],
                     "alignment": scoring.word_alignment(
-                        attention,
-                        scoring.piece_words(self.tokenizer, source),
-                        scoring.piece_words(self.tokenizer, words),
+                        attention, words[n], words[len(chunk) + n]
                     ),
                 }
         return details

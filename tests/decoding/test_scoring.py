@@ -42,6 +42,18 @@ def test_pieces_map_to_whitespace_words():
     assert scoring.piece_words(_WordTokenizer(), []) == []
 
 
+def test_many_sequences_map_in_one_call_as_each_alone():
+    sequences = [[4, 5, 6, 7], [], [5, 6], [8, 4], [4]]
+    tokenizer = _PieceTokenizer()
+    calls = []
+    detokenize = tokenizer.detokenize
+    tokenizer.detokenize = lambda ids: calls.append(1) or detokenize(ids)
+    together = scoring.pieces_words(tokenizer, sequences)
+    assert len(calls) == 1
+    assert together == [scoring.piece_words(_PieceTokenizer(), s) for s in sequences]
+    assert together[3] == [0, 0]  # A lone "_" opens the word that follows.
+
+
 def test_a_word_is_aligned_to_the_source_word_it_attends_to_most():
     # Target pieces: word 0 = piece 0; word 1 = pieces 1 and 2. Source
     # pieces: word 0 = pieces 0 and 1, word 1 = piece 2.
