@@ -78,7 +78,7 @@ def test_set(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
         src, tgt = data.get("source_lang") or "en", data.get("target_lang") or "de"
         files = [MULTI30K / f"test_2016_flickr.{lang}.gz" for lang in (src, tgt)]
         if all(f.is_file() for f in files):
-            what = f"Multi30k test2016 ({files[0]})"
+            what = f"Multi30k test2016 ({files[0].name})"  # No local paths.
             return read_lines(files[0])[:n], read_lines(files[1])[:n], what
     from keras_transformer.data.datasets import DatasetSpec, load_dataset
 
