@@ -3,9 +3,10 @@
 Each takes a batch of texts and one `SearchSettings` and returns every text's
 hypotheses, best first, as (translation, score) pairs:
 
-- `KerasEngine`: the run's model through `Translator` (either backend), one
-  `Translator` per set of settings asked for (a few kept, each compiled
-  once); the only one with attention weights.
+- `KerasEngine`: the run's model (or with `ensemble`, it and others as an
+  `Ensemble`) through `Translator` (any backend), one `Translator` per set
+  of settings asked for (a few kept, each compiled once); the only one with
+  attention weights, details, sampling and constraints.
 - `CTranslate2Engine`: a CTranslate2 export (given, or made at start-up).
   CTranslate2 takes its settings per call; its differences from `Translator`
   are those of the export (`export.ctranslate2.DIFFERENCES`).
@@ -15,6 +16,10 @@ hypotheses, best first, as (translation, score) pairs:
 - `OnnxEngine`: an ONNX export (given, or made at start-up), searched by
   `export.onnx_translator.OnnxTranslator` with any settings: NumPy's search
   over onnxruntime, `Translator`'s translations.
+
+A request with details, sampling or constraints is batched under a
+`protocol.Decoding` key and goes to `decode`, which only the Keras engine
+has: per text `Translator.generate`'s record (or the samples).
 
 Engines are called from the batcher's worker threads only, `workers` of them
 side by side where `serving.server.decode_workers` allows more than one.
