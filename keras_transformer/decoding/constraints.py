@@ -706,6 +706,21 @@ def read_prefixes(
     return result
 
 
+def unmeetable(ids, tokenizer, allow_unk: bool) -> str | None:
+    """Why a phrase or prefix encoded as `ids` could never be met, or None:
+    no piece at all, or the unknown piece, which the search never generates
+    unless `allow_unk` (the files here and a server's requests)."""
+    if not len(ids):
+        return "encodes to no piece"
+    if getattr(tokenizer, "unk_id", UNK_ID) in ids and not allow_unk:
+        return (
+            "holds a piece the tokenizer does not know (it encodes to the "
+            "unknown id), and the search never generates the unknown token: "
+            "it could never be met"
+        )
+    return None
+
+
 def _lines(path, expected: int, input_name, what: str, lenient_utf8: bool):
     lines = read_text_lines(path, lenient_utf8=lenient_utf8)
     if len(lines) != expected:
@@ -725,19 +740,14 @@ def _lines_count(count: int) -> str:
 def _encode(
     path, places, texts, tokenizer, allow_unk: bool, what: str = "phrase"
 ) -> list[list[int]]:
-    """Encode every text at once; refuse one of no piece, or with the
-    unknown piece unless `allow_unk`."""
+    """Encode every text at once; refuse one that could never be met
+    (`unmeetable`)."""
     encoded = tokenizer.encode(texts) if texts else []
-    unk_id = getattr(tokenizer, "unk_id", UNK_ID)
     for (number, index), text, ids in zip(places, texts, encoded):
         name = f"phrase {index}" if what == "phrase" else what
-        if not ids:
-            raise DataError(f"{path}:{number}: {name} ({text!r}) encodes to no piece.")
-        if unk_id in ids and not allow_unk:
-            raise DataError(
-                f"{path}:{number}: {name} ({text!r}) holds a piece the tokenizer "
-                "does not know (it encodes to the unknown id), and the search "
-                "never generates the unknown token: it could never be met. "
-                "Respell it, or allow the unknown token (--allow-unk)."
-            )
+        problem = unmeetable(ids, tokenizer, allow_unk)
+        if problem:
+            advice = " Respell it, or allow the unknown token (--allow-unk)."
+            advice = advice if len(ids) else ""
+            raise DataError(f"{path}:{number}: {name} ({text!r}) {problem}.{advice}")
     return [list(map(int, ids)) for ids in encoded]

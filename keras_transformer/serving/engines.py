@@ -290,18 +290,18 @@ class KerasEngine(Engine):
         self.kept_translators = max(self.kept_translators, len(searches))
         shapes = self.warm_up_shapes(max_tokens)
         token = min(self.tokenizer.vocab_size - 1, 8)  # A word, not a special id.
+        generators = []
         for settings, sampling in searches:
             translator = self._translator(settings, sampling)
-            generators = [translator.generator]
+            generators.append(translator.generator)
             if allowed.constraints and sampling is None:
                 generators.append(translator.constrained_generator())
-            for generator in generators:
-                for rows, tokens in shapes:
-                    if stop():  # Shutting down: SIGTERM need not wait for it.
-                        return 0
-                    generator.warm_up(np.full((rows, tokens), token, np.int32))
-        guided = len(allowed.combinations()) if allowed.constraints else 0
-        return len(shapes) * (len(searches) + guided)
+        for generator in generators:
+            for rows, tokens in shapes:
+                if stop():  # Shutting down: SIGTERM need not wait for it.
+                    return 0
+                generator.warm_up(np.full((rows, tokens), token, np.int32))
+        return len(shapes) * len(generators)
 
     def warm_up_shapes(self, max_tokens: int) -> list[tuple[int, int]]:
         """Every batch size `Translator` pads a batch to, by every source

@@ -230,8 +230,10 @@ def parse_sampling_list(text: str) -> tuple[SamplingSettings, ...]:
     """`--allowed-sampling top-k:10,top-p:0.9:0.7` -> the `SamplingSettings`
     a request may draw with (METHOD:VALUE[:TEMPERATURE] each, VALUE the k or
     the p); a ValueError naming the flag and the part at fault."""
+    if not text:
+        return ()
     found = []
-    for part in (p.strip() for p in text.split(",") if text):
+    for part in (p.strip() for p in text.split(",")):
         fields = part.split(":")
         method = fields[0]
         if method not in ("top-k", "top-p") or len(fields) not in (2, 3):

@@ -508,18 +508,13 @@ def encode_guides(job: TranslateJob, tokenizer, allow_unk: bool) -> list[tuple]:
 
 
 def _encode_guide(tokenizer, fields, texts, allow_unk: bool) -> list[list[int]]:
+    from keras_transformer.decoding.constraints import unmeetable
+
     encoded = tokenizer.encode(list(texts)) if texts else []
     for field, text, ids in zip(fields, texts, encoded):
-        if not len(ids):
-            raise RequestError(422, field, f"{field} ({text!r}) encodes to no piece.")
-        if tokenizer.unk_id in ids and not allow_unk:
-            raise RequestError(
-                422,
-                field,
-                f"{field} ({text!r}) holds a piece the tokenizer does not know, "
-                "and the search never generates the unknown token: it could "
-                "never be met. Respell it.",
-            )
+        problem = unmeetable(ids, tokenizer, allow_unk)
+        if problem:
+            raise RequestError(422, field, f"{field} ({text!r}) {problem}.")
     return [list(map(int, ids)) for ids in encoded]
 
 
@@ -603,10 +598,10 @@ def _sampling_job(request, defaults, limits, sampling) -> TranslateJob:
     return TranslateJob(
         request.texts,
         settings,
-        1,
-        request.details,
-        request.alignment_layer,
-        sampling,
+        n_best=1,
+        details=request.details,
+        alignment_layer=request.alignment_layer,
+        sampling=sampling,
     )
 
 
