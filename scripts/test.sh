@@ -1,47 +1,127 @@
 #!/usr/bin/env bash
-# Set up the environment, lint, build the documentation site strictly,
-# prove the JAX-only install, install Debian's chromium for the browser test
-# (if missing), and run the whole test suite on the three backends.
-# Usage: bash scripts/test.sh [extra pytest args]
+# Set up, lint, build the documentation site strictly, and run the whole
+# test suite on the three backends, plus the JAX-only install's route
+# (scripts/smoke_single_backend.sh jax). CI runs this (.ci/run).
+# Usage: bash scripts/test.sh [--quick] [extra pytest args]
+#   --quick   set up and lint, then one backend's fast tests (KERAS_BACKEND,
+#             default jax; not the `slow` ones): a few minutes while
+#             developing (docs/contributing.md, "Tests and lint")
 #
-# The JAX-only route (scripts/smoke_single_backend.sh: its own .venv-jax with
-# only the [jax] and [serve] extras, TensorFlow absent) runs first, alone:
-# a few minutes, and a broken install fails before the long suites. The
-# three backends' suites then run side by side (much of a suite is one Python
-# thread compiling and waiting); each one's output is printed when all end.
-# The test modules that do no Keras computation run in the TensorFlow suite
-# only (KERAS_TRANSFORMER_NEUTRAL_SUITE, tests/conftest.py), and the torch
-# suite runs torch on one thread (tests/conftest.py says why).
+# Stages: the environments, the documentation site and Debian's chromium
+# (for the demo page's browser test) are prepared side by side, then ruff,
+# then three lanes run side by side on the machine's cores: the TensorFlow
+# suite, the JAX suite, and the torch suite followed by the JAX-only route
+# (CI's shortest suite, so the lanes end together). Each suite prints its 30
+# slowest tests; the closing table gives every stage's wall time. With
+# CI=true the suites' stage fails past TEST_BUDGET_SECONDS (default 2400, 40
+# minutes on CI's 2-core machine), naming the slowest tests, so that growth
+# shows when it happens, not when a submission no longer lands.
+#
+# The test modules that do no Keras computation, and the end-to-end flows
+# whose code is the same on every backend, run in one suite only
+# (tests/conftest.py, KERAS_TRANSFORMER_NEUTRAL_SUITE); the torch suite runs
+# torch on one thread (tests/conftest.py says why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+quick=0
+if [ "${1:-}" = "--quick" ]; then
+  quick=1
+  shift
+fi
 export TF_CPP_MIN_LOG_LEVEL=2
-.venv/bin/ruff check keras_transformer tests scripts benchmarks
-.venv/bin/ruff format --check keras_transformer tests scripts benchmarks
-# The documentation site, in its own environment (.venv-docs): a dead link,
-# a missing page or a broken reference fails here.
-bash scripts/docs.sh
-bash scripts/smoke_single_backend.sh jax
-# Debian's chromium for the demo page's browser test, when missing.
-bash scripts/install_browser.sh
 logs=$(mktemp -d)
-backends="tensorflow jax torch"
-export KERAS_TRANSFORMER_NEUTRAL_SUITE=tensorflow
-for backend in $backends; do
-  start=$SECONDS
-  ( code=0
-    KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider \
-      --durations=15 --basetemp "$logs/tmp-$backend" "$@" > "$logs/$backend.log" \
-      2>&1 || code=$?
-    echo "suite $backend: $((SECONDS - start)) s" >> "$logs/$backend.log"
-    exit $code ) &
-  echo $! > "$logs/$backend.pid"
-done
+trap 'rm -rf "$logs"' EXIT
+stages=()
+begin=$SECONDS
+# stage NAME COMMAND...: run it, keep its wall time for the closing table.
+stage() {
+  local name="$1" start=$SECONDS
+  shift
+  "$@"
+  stages+=("$(printf '%-38s %5d s' "$name" $((SECONDS - start)))")
+}
+print_stages() {
+  echo "=== stages (wall time) ==="
+  printf '%s\n' "${stages[@]}"
+  printf '%-38s %5d s\n' "total" $((SECONDS - begin))
+}
+lint() {
+  .venv/bin/ruff check keras_transformer tests scripts benchmarks
+  .venv/bin/ruff format --check keras_transformer tests scripts benchmarks
+}
+
+if [ $quick = 1 ]; then
+  stage "setup (.venv, [dev])" bash scripts/setup.sh
+  stage "lint (ruff)" lint
+  backend="${KERAS_BACKEND:-jax}"
+  stage "$backend suite, fast tests" env KERAS_BACKEND="$backend" \
+    .venv/bin/python -m pytest -q -p no:cacheprovider -m "not slow" \
+    --durations=10 "$@"
+  print_stages
+  exit 0
+fi
+
+# The documentation's environment and site, and the browser, need nothing
+# from .venv: they are prepared while it installs (their output follows).
+( bash scripts/docs.sh > "$logs/docs.log" 2>&1; echo $? > "$logs/docs.rc" ) &
+docs=$!
+( bash scripts/install_browser.sh > "$logs/browser.log" 2>&1 ) &
+browser=$!
+stage "setup (.venv, [dev])" bash scripts/setup.sh
+stage "docs site and browser (beside setup)" wait "$docs" "$browser"
+cat "$logs/docs.log" "$logs/browser.log"
+[ "$(cat "$logs/docs.rc")" = 0 ] || { echo "scripts/docs.sh failed" >&2; exit 1; }
+stage "lint (ruff)" lint
+
+export KERAS_TRANSFORMER_NEUTRAL_SUITE=torch
+suite() {  # suite BACKEND [pytest args]: its log and exit code under $logs
+  local backend="$1" start=$SECONDS code=0
+  shift
+  KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider \
+    --durations=30 --junitxml "$logs/$backend.xml" \
+    --basetemp "$logs/tmp-$backend" "$@" > "$logs/$backend.log" 2>&1 || code=$?
+  echo "suite $backend: $((SECONDS - start)) s" >> "$logs/$backend.log"
+  echo $((SECONDS - start)) > "$logs/$backend.seconds"
+  return $code
+}
+single_backend() {
+  local start=$SECONDS code=0
+  bash scripts/smoke_single_backend.sh jax > "$logs/smoke.log" 2>&1 || code=$?
+  echo $((SECONDS - start)) > "$logs/smoke.seconds"
+  return $code
+}
+lanes_start=$SECONDS
+( suite tensorflow "$@" ) &
+tensorflow=$!
+( suite jax "$@" ) &
+jax=$!
+( code=0
+  suite torch "$@" || code=1
+  single_backend || code=1
+  exit $code ) &
+torch=$!
 status=0
-for backend in $backends; do
-  wait "$(cat "$logs/$backend.pid")" || status=1
+for lane in tensorflow jax torch; do
+  wait "${!lane}" || status=1
+done
+lanes=$((SECONDS - lanes_start))
+for backend in tensorflow jax torch; do
   echo "=== KERAS_BACKEND=$backend ==="
   cat "$logs/$backend.log"
 done
-rm -rf "$logs"
+echo "=== JAX-only install (scripts/smoke_single_backend.sh jax) ==="
+cat "$logs/smoke.log"
+for backend in tensorflow jax torch; do
+  stages+=("$(printf '%-38s %5d s' "  $backend suite" "$(cat "$logs/$backend.seconds")")")
+done
+stages+=("$(printf '%-38s %5d s' "  JAX-only install (after torch)" "$(cat "$logs/smoke.seconds" 2> /dev/null || echo 0)")")
+stages+=("$(printf '%-38s %5d s' "suites side by side (all lanes)" "$lanes")")
+print_stages
+budget="${TEST_BUDGET_SECONDS:-2400}"
+if [ "${CI:-}" = true ] && [ "$lanes" -gt "$budget" ]; then
+  echo "test.sh: the suites took $lanes s, over the budget of $budget s" \
+    "(docs/contributing.md, \"The time budget\"). The slowest tests:" >&2
+  .venv/bin/python scripts/slowest_tests.py "$logs"/*.xml >&2
+  status=1
+fi
 exit $status

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 # Before Keras imports torch, which reads it once. torch's OpenMP threads
@@ -43,19 +44,50 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True, scope="session")
 def _compilation_cache(tmp_path_factory):
     """The CLI's compilation caches go to the session's temporary
-    directory (shared by the CLI subprocesses), never to the user's home."""
+    directory (shared by the CLI subprocesses), never to the user's home.
+
+    On JAX the whole session compiles through that cache, as the CLI does:
+    the many tests that build the same small model and search compile each
+    program once (a second 12-update `train` took 4.5 s instead of 12.7).
+    TensorFlow's XLA cache is left to the CLI: a TensorFlow test's time is
+    tracing, which no cache saves (test_generator.py: 77 s against 74)."""
     os.environ["KERAS_TRANSFORMER_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    if keras.backend.backend() == "jax":
+        from keras_transformer.decoding.compile import enable_compilation_cache
+
+        enable_compilation_cache()
+
+
+_last_module = [None]
+
+
+def pytest_runtest_setup(item):
+    """At each new test module: collect the garbage, then freeze what
+    survives (the imported frameworks, session fixtures) out of later
+    collections. Keras calls `gc.collect()` itself (clearing sessions,
+    dropping variables) and Python collects the oldest generation as the
+    heap grows; each full pass walked the ~400,000 objects TensorFlow and
+    torch create at import and everything the suite kept, 0.2-0.3 s a
+    pass: test_quantization.py and test_translator.py took 55 s with it and
+    37 s frozen. The previous module's fixtures are finalized before this
+    runs, so what is frozen is what the rest of the session keeps anyway."""
+    module = item.module.__name__ if item.module else None
+    if module != _last_module[0]:
+        _last_module[0] = module
+        gc.collect()
+        gc.freeze()
 
 
 # Test modules that do no Keras computation (text, tokenizers, corpora,
 # batching plans, BLEU, settings, plots, atomic files, the HTTP server's
 # batching and request checks), or whose subject does not run on the suite's
 # backend (a CTranslate2 or SavedModel engine; the demo page in a browser,
-# whose Keras engine test_server_keras.py tests on every backend): their
-# results cannot depend on the backend. scripts/test.sh runs them in one suite only (CI
-# runs three suites side by side on 2 cores and must end within an hour) by
-# setting KERAS_TRANSFORMER_NEUTRAL_SUITE to that suite's backend; without
-# the variable every suite runs them.
+# whose Keras engine test_server_keras.py tests on every backend; the
+# cross-backend parity test, which starts a worker per backend whatever the
+# suite): their results cannot depend on the backend. scripts/test.sh runs
+# them in one suite only by setting KERAS_TRANSFORMER_NEUTRAL_SUITE to that
+# suite's backend (torch: CI's shortest suite; the suites run side by side
+# on 2 cores); without the variable every suite runs them.
 BACKEND_NEUTRAL = (
     "tests/data/",
     "tests/utils/test_atomic_files.py",
@@ -84,16 +116,10 @@ BACKEND_NEUTRAL = (
     "tests/cli/test_parsing_cli.py",
 )
 NEUTRAL_SUITE = "KERAS_TRANSFORMER_NEUTRAL_SUITE"
-# The slowest neutral modules run in the torch suite instead, when the
-# variable is set: it is CI's shortest (torch 1,059 s, JAX 2,784 s,
-# TensorFlow 3,423 s in the last full run), and the suites run side by side.
-NEUTRAL_ON_TORCH = ("tests/test_backend_parity.py", "tests/serving/test_demo_page.py")
 
 
 def _neutral_suite(path: str, suite: str) -> str | None:
     """The suite a test module runs in: None for every suite."""
-    if path.startswith(NEUTRAL_ON_TORCH):
-        return "torch"
     return suite if path.startswith(BACKEND_NEUTRAL) else None
 
 
@@ -121,8 +147,7 @@ def pytest_report_header(config):
     suite = os.environ.get(NEUTRAL_SUITE)
     if suite:
         return (
-            f"backend-neutral modules (no Keras computation) run in the {suite} "
-            f"suite only, {', '.join(NEUTRAL_ON_TORCH)} in the torch suite "
+            f"backend-neutral modules run in the {suite} suite only "
             f"({NEUTRAL_SUITE}): deselected elsewhere"
         )
     return None
