@@ -15,7 +15,9 @@
 # slowest tests; the closing table gives every stage's wall time. With
 # CI=true the suites' stage fails past TEST_BUDGET_SECONDS (default 2400, 40
 # minutes on CI's 2-core machine), naming the slowest tests, so that growth
-# shows when it happens, not when a submission no longer lands.
+# shows when it happens, not when a submission no longer lands. Each suite's
+# JUnit XML (every test's time) is kept in TEST_REPORTS when it names a
+# directory (scripts/slowest_tests.py reads them).
 #
 # The test modules that do no Keras computation, and the end-to-end flows
 # whose code is the same on every backend, run in one suite only
@@ -31,6 +33,8 @@ fi
 export TF_CPP_MIN_LOG_LEVEL=2
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
+reports="${TEST_REPORTS:-$logs}"
+mkdir -p "$reports"
 stages=()
 begin=$SECONDS
 # stage NAME COMMAND...: run it, keep its wall time for the closing table.
@@ -78,7 +82,7 @@ suite() {  # suite BACKEND [pytest args]: its log and exit code under $logs
   local backend="$1" start=$SECONDS code=0
   shift
   KERAS_BACKEND=$backend .venv/bin/python -m pytest -q -p no:cacheprovider \
-    --durations=30 --junitxml "$logs/$backend.xml" \
+    --durations=30 --junitxml "$reports/$backend.xml" \
     --basetemp "$logs/tmp-$backend" "$@" > "$logs/$backend.log" 2>&1 || code=$?
   echo "suite $backend: $((SECONDS - start)) s" >> "$logs/$backend.log"
   echo $((SECONDS - start)) > "$logs/$backend.seconds"
@@ -121,7 +125,7 @@ budget="${TEST_BUDGET_SECONDS:-2400}"
 if [ "${CI:-}" = true ] && [ "$lanes" -gt "$budget" ]; then
   echo "test.sh: the suites took $lanes s, over the budget of $budget s" \
     "(docs/contributing.md, \"The time budget\"). The slowest tests:" >&2
-  .venv/bin/python scripts/slowest_tests.py "$logs"/*.xml >&2
+  .venv/bin/python scripts/slowest_tests.py "$reports"/*.xml >&2
   status=1
 fi
 exit $status
