@@ -16,6 +16,8 @@ if os.environ.get("KERAS_BACKEND") == "torch":
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+from tests import shared_runs  # noqa: E402
+
 
 @pytest.fixture
 def keras_state():
@@ -58,6 +60,37 @@ def _compilation_cache(tmp_path_factory):
         enable_compilation_cache()
 
 
+# The shared runs made so far: fixture name -> (directory, digest).
+_shared = {}
+
+
+@pytest.fixture(scope="session")
+def untrained_run(tmp_path_factory):
+    """The session's untrained run (tests/shared_runs.py); read-only."""
+    run = shared_runs.make_untrained_run(tmp_path_factory.mktemp("untrained") / "run")
+    _shared["untrained_run"] = (run, shared_runs.digest(run))
+    return run
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """The session's trained run (tests/shared_runs.py), trained once on the
+    suite's backend; read-only."""
+    run = shared_runs.make_trained_run(tmp_path_factory.mktemp("trained"))
+    _shared["trained_run"] = (run, shared_runs.digest(run))
+    return run
+
+
+@pytest.fixture(autouse=True)
+def _shared_runs_stay_unchanged(request):
+    """After a test that used a shared run, directly or through another
+    fixture: fail naming what it changed there."""
+    yield
+    for name in request.fixturenames:
+        if name in _shared:
+            shared_runs.assert_unchanged(*_shared[name], request.node.nodeid)
+
+
 _last_module = [None]
 
 
@@ -78,65 +111,28 @@ def pytest_runtest_setup(item):
         gc.freeze()
 
 
-# Test modules that do no Keras computation (text, tokenizers, corpora,
-# batching plans, BLEU, settings, plots, atomic files, the HTTP server's
-# batching and request checks), or whose subject does not run on the suite's
-# backend (a CTranslate2 or SavedModel engine; the demo page in a browser,
-# whose Keras engine test_server_keras.py tests on every backend; the
-# cross-backend parity test, which starts a worker per backend whatever the
-# suite): their results cannot depend on the backend. scripts/test.sh runs
-# them in one suite only by setting KERAS_TRANSFORMER_NEUTRAL_SUITE to that
-# suite's backend (torch: CI's shortest suite; the suites run side by side
-# on 2 cores); without the variable every suite runs them.
-BACKEND_NEUTRAL = (
-    "tests/data/",
-    "tests/utils/test_atomic_files.py",
-    "tests/utils/test_console.py",
-    "tests/test_backend_parity.py",
-    "tests/task/test_preset_backends.py",
-    "tests/test_config.py",
-    "tests/training/test_options.py",
-    "tests/training/test_memory.py",
-    "tests/test_layout.py",
-    "tests/decoding/test_evaluation.py",
-    "tests/test_plots.py",
-    "tests/decoding/test_settings.py",
-    "tests/serving/test_batcher.py",
-    "tests/serving/test_requests.py",
-    "tests/serving/test_engines.py",
-    "tests/serving/test_server_ctranslate2.py",
-    "tests/serving/test_demo_page.py",
-    "tests/serving/test_documents.py",
-    "tests/serving/test_observability.py",
-    "tests/serving/test_http_protocol.py",
-    "tests/parsing/test_linearize.py",
-    "tests/parsing/test_evalb.py",
-    "tests/parsing/test_evaluation.py",
-    "tests/parsing/test_settings.py",
-    "tests/cli/test_parsing_cli.py",
-)
 NEUTRAL_SUITE = "KERAS_TRANSFORMER_NEUTRAL_SUITE"
 
 
-def _neutral_suite(path: str, suite: str) -> str | None:
-    """The suite a test module runs in: None for every suite."""
-    return suite if path.startswith(BACKEND_NEUTRAL) else None
-
-
 def pytest_collection_modifyitems(config, items):
-    """Deselect the backend-neutral tests outside their suite (the closing
-    line counts them as deselected; the header says why)."""
+    """Deselect the tests marked `backend_neutral` outside the suite that
+    KERAS_TRANSFORMER_NEUTRAL_SUITE names (the closing line counts them as
+    deselected; the header says why).
+
+    A test or module is marked so when its result cannot depend on the
+    suite's backend: it does no Keras computation (text, tokenizers, corpora,
+    settings, the HTTP server's batching), its subject runs on another
+    engine (SavedModel, CTranslate2, ONNX, a browser), it starts a worker
+    per backend itself (the parity test), or it is an end-to-end flow whose
+    code is the same on every backend (command-line plumbing, the serving
+    protocol, documentation snippets) and whose Keras computation the
+    per-backend tests already check. scripts/test.sh names the torch suite,
+    CI's shortest; without the variable every suite runs every test.
+    """
     suite = os.environ.get(NEUTRAL_SUITE)
-    if not suite:
+    if not suite or keras.backend.backend() == suite:
         return
-    root = config.rootpath
-    backend = keras.backend.backend()
-    neutral = [
-        item
-        for item in items
-        if _neutral_suite(item.path.relative_to(root).as_posix(), suite)
-        not in (None, backend)
-    ]
+    neutral = [item for item in items if item.get_closest_marker("backend_neutral")]
     if neutral:
         config.hook.pytest_deselected(items=neutral)
         chosen = set(map(id, neutral))
@@ -147,7 +143,7 @@ def pytest_report_header(config):
     suite = os.environ.get(NEUTRAL_SUITE)
     if suite:
         return (
-            f"backend-neutral modules run in the {suite} suite only "
+            f"tests marked backend_neutral run in the {suite} suite only "
             f"({NEUTRAL_SUITE}): deselected elsewhere"
         )
     return None

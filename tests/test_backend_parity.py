@@ -30,7 +30,7 @@ import pytest
 from keras_transformer.config import EOS_ID
 from keras_transformer.utils.optional_imports import is_installed
 
-pytestmark = pytest.mark.usefixtures("keras_state")
+pytestmark = [pytest.mark.usefixtures("keras_state"), pytest.mark.backend_neutral]
 
 BACKENDS = tuple(b for b in ("tensorflow", "jax", "torch") if is_installed(b))
 

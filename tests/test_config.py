@@ -10,7 +10,7 @@ import pytest
 from keras_transformer import PRESETS, TransformerConfig
 from keras_transformer.config import field_names
 
-pytestmark = pytest.mark.usefixtures("keras_state")
+pytestmark = [pytest.mark.usefixtures("keras_state"), pytest.mark.backend_neutral]
 
 
 def test_base_preset_has_paper_values():

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.backend_neutral
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "keras_transformer"
 _spec = importlib.util.spec_from_file_location(

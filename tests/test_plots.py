@@ -11,6 +11,8 @@ from keras_transformer.layers import sinusoidal_table
 from keras_transformer.schedules import TransformerSchedule
 from tests.helpers import to_numpy
 
+pytestmark = pytest.mark.backend_neutral
+
 
 def renders(figure: Figure, tmp_path) -> None:
     assert isinstance(figure, Figure)

@@ -10,6 +10,8 @@ from keras_transformer import training
 from keras_transformer.cli import build_parser, main
 from keras_transformer.training import job, model_setup
 
+pytestmark = pytest.mark.backend_neutral
+
 DOG = "( (S (NP (DT The) (NN dog)) (VP (VBD barked)) (. .)) )"
 RAN = "( (S (NP (PRP It)) (VP (VBD ran))) )"
 # The .mrg layout: one tree over several lines.

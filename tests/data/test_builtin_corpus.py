@@ -21,6 +21,8 @@ from keras_transformer.data.builtin_corpus import (
     render_sentence,
 )
 
+pytestmark = pytest.mark.backend_neutral
+
 TOKEN = re.compile(r"[\w']+")
 
 

@@ -7,6 +7,8 @@ import pytest
 from keras_transformer.data.datasets import DatasetSpec
 from keras_transformer.data.text_files import DataError
 
+pytestmark = pytest.mark.backend_neutral
+
 FILES = {"train": ("a.en", "a.de")}
 
 

@@ -24,6 +24,8 @@ from keras_transformer.data.multi30k import (
 from keras_transformer.data.text_files import DataError
 from tests.data.helpers import assert_imports_nothing_heavy, sha256, write
 
+pytestmark = pytest.mark.backend_neutral
+
 MULTI30K_DIR = Path(
     os.environ.get("KERAS_TRANSFORMER_MULTI30K_DIR", "/work/shared/data/multi30k")
 )

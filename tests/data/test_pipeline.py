@@ -21,6 +21,8 @@ from keras_transformer.data.pipeline import (
 )
 from keras_transformer.data.text_files import ParallelCorpus
 
+pytestmark = pytest.mark.backend_neutral
+
 BUCKETS = (4, 8, 16)
 
 

@@ -30,6 +30,8 @@ from keras_transformer.training.options import TrainOptions
 from tests.data.helpers import install_fake_tfds, write
 from tests.helpers import write_training_corpus
 
+pytestmark = pytest.mark.backend_neutral
+
 MAX_LENGTH = 32
 
 

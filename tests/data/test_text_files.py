@@ -20,6 +20,8 @@ from keras_transformer.data.text_files import (
 )
 from tests.data.helpers import assert_imports_nothing_heavy, write
 
+pytestmark = pytest.mark.backend_neutral
+
 # --------------------------------------------------------------------------
 # ParallelCorpus
 # --------------------------------------------------------------------------

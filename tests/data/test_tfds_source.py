@@ -15,6 +15,8 @@ from tests.data.helpers import (
     install_fake_tfds,
 )
 
+pytestmark = pytest.mark.backend_neutral
+
 
 def test_load_tfds_not_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)

@@ -25,6 +25,8 @@ from keras_transformer.data.token_store import (
 from keras_transformer.training.options import TrainOptions
 from tests.helpers import write_training_corpus
 
+pytestmark = pytest.mark.backend_neutral
+
 
 def quiet(_message):
     pass

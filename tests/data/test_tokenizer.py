@@ -21,6 +21,8 @@ from keras_transformer.data.tokenizer import (
     train_tokenizer,
 )
 
+pytestmark = pytest.mark.backend_neutral
+
 ENGLISH = (
     ["the man", "a woman", "the little girl", "two dogs", "my brother", "the cat"],
     ["sees", "likes", "walks to", "finds", "paints"],

@@ -20,6 +20,8 @@ from keras_transformer.parsing.tree import Tree, parse_tree
 from tests.data.helpers import assert_imports_nothing_heavy, write
 from tests.helpers import PTB_SAMPLE
 
+pytestmark = pytest.mark.backend_neutral
+
 SAMPLE = PTB_SAMPLE
 
 # Invented sentences in the treebank's layout: an unlabelled wrapper, trees

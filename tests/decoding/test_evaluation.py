@@ -17,6 +17,8 @@ from keras_transformer.decoding.evaluation import (
     split_compounds,
 )
 
+pytestmark = pytest.mark.backend_neutral
+
 HYPOTHESES = ["The cat sat on the mat.", "There is a big dog in the garden."]
 REFERENCES = ["The cat is sitting on the mat.", "A big dog is in the garden."]
 

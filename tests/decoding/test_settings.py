@@ -10,6 +10,8 @@ import pytest
 from keras_transformer.cli import build_parser
 from keras_transformer.decoding.settings import SearchSettings, search_settings
 
+pytestmark = pytest.mark.backend_neutral
+
 
 def test_defaults_are_the_papers():
     settings = SearchSettings()

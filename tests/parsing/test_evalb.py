@@ -19,6 +19,8 @@ from keras_transformer.parsing.evalb import (
 from keras_transformer.parsing.tree import iter_trees, parse_tree
 from tests.helpers import PTB_SAMPLE
 
+pytestmark = pytest.mark.backend_neutral
+
 # Words: Pierre Vinken , joined the board .  -> kept: Pierre(0) Vinken(1)
 # joined(2) the(3) board(4). Brackets: S(0,5) NP(0,2) VP(2,5) NP(3,5).
 PIERRE = (

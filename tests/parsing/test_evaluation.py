@@ -27,6 +27,8 @@ from keras_transformer.parsing.linearize import (
 )
 from keras_transformer.parsing.tree import parse_tree
 
+pytestmark = pytest.mark.backend_neutral
+
 DOG_TEXT = "( (S (NP (DT The) (NN dog)) (VP (VBD barked)) (. .)) )"
 DOG = parse_tree(DOG_TEXT).children[0]  # The S under the unlabelled root.
 DOG_WORDS = ["The", "dog", "barked", "."]

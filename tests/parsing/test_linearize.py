@@ -19,6 +19,8 @@ from keras_transformer.parsing.linearize import (
 from keras_transformer.parsing.tree import Tree, parse_tree
 from tests.helpers import PTB_SAMPLE
 
+pytestmark = pytest.mark.backend_neutral
+
 GOOSE = "(S (NP (DT A) (NN goose)) (VP (VBD honked) (ADVP (RB loudly))) (. .))"
 CAT = "(S (NP (DT the) (NN cat)) (VP (VBD sat)))"
 CAT_WORDS = ["the", "cat", "sat"]

@@ -8,6 +8,8 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.parsing.settings import TASKS, task_search
 
+pytestmark = pytest.mark.backend_neutral
+
 
 def test_parsing_searches_as_the_paper_beam_21_alpha_0_3_up_to_input_plus_300():
     settings = task_search("parsing")

@@ -11,6 +11,8 @@ import pytest
 
 from keras_transformer.serving.batcher import Batcher, BatchQueue, Item, Overloaded
 
+pytestmark = pytest.mark.backend_neutral
+
 
 def items(key, texts, arrival, request=None):
     return [Item(key, t, request, i, arrival) for i, t in enumerate(texts)]

@@ -23,7 +23,7 @@ import pytest
 from tests.serving.client import ServerProcess, make_run
 
 webdriver = pytest.importorskip("selenium.webdriver")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.backend_neutral]
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 # The machine notes' flags: no sandbox as root, and no background

@@ -12,6 +12,8 @@ from keras_transformer.serving import documents
 from keras_transformer.serving.documents import Document, check_language, split_document
 from keras_transformer.utils.optional_imports import MissingExtraError
 
+pytestmark = pytest.mark.backend_neutral
+
 # (language, text, the sentences expected).
 CASES = [
     (

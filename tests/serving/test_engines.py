@@ -12,7 +12,7 @@ from keras_transformer.serving.engines import open_engine
 from keras_transformer.serving.protocol import RequestError
 from tests.serving.client import make_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.backend_neutral]
 
 TEXTS = ["the dog sleeps.", "", "the old man likes the garden near the river."]
 SETTINGS = SearchSettings(beam_size=2, max_extra_length=4)

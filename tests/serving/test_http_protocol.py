@@ -18,6 +18,8 @@ from uvicorn.server import ServerState
 
 from keras_transformer.serving.http_protocol import JsonH11Protocol, protocol_class
 
+pytestmark = pytest.mark.backend_neutral
+
 TIMEOUT = 0.5  # The header timeout the test server runs with.
 KEEP_ALIVE = 1.5  # uvicorn's timeout_keep_alive there.
 MARGIN = 1.0  # For a busy machine.

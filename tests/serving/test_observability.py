@@ -21,6 +21,8 @@ from keras_transformer.serving.observability import (
     configure_logging,
 )
 
+pytestmark = pytest.mark.backend_neutral
+
 PLAIN_LOGGER = logging.getLogger("tests.serving.observability")
 
 

@@ -18,6 +18,8 @@ from keras_transformer.serving.options import (
 from keras_transformer.serving.protocol import RequestError, TranslateRequest
 from keras_transformer.serving.server import check_host
 
+pytestmark = pytest.mark.backend_neutral
+
 LIMITS = ServeOptions(max_texts=4, max_text_chars=20, max_queue=8)
 ALLOWED = AllowedSettings((1, 2, 3, 4, 6), (0.0, 0.6))
 

@@ -11,7 +11,7 @@ from tests.serving.client import ServerProcess, make_run
 from tests.serving.test_server_keras import chunks, cli_translate
 
 pytest.importorskip("ctranslate2")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.backend_neutral]
 
 EXTRA = 4
 SENTENCES = [

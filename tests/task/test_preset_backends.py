@@ -22,6 +22,8 @@ import pytest
 from keras_transformer import TransformerSeq2SeqLM
 from keras_transformer.utils.optional_imports import is_installed
 
+pytestmark = pytest.mark.backend_neutral
+
 SOURCES = ["the dog sleeps .", "", "the old man likes the garden .", "water ."]
 OTHERS = tuple(
     b

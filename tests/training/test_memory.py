@@ -8,6 +8,8 @@ import pytest
 from keras_transformer.config import TransformerConfig
 from keras_transformer.training import memory
 
+pytestmark = pytest.mark.backend_neutral
+
 TINY = TransformerConfig.preset("tiny", vocab_size=400)
 GIB = 2**30
 

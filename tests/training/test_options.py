@@ -7,6 +7,8 @@ import pytest
 
 from keras_transformer.training.options import TrainOptions
 
+pytestmark = pytest.mark.backend_neutral
+
 
 def test_max_position_without_learned_positions_is_refused_as_without_effect():
     with pytest.raises(ValueError) as info:

@@ -11,6 +11,8 @@ from keras_transformer.utils.atomic_files import (
     partial_path,
 )
 
+pytestmark = pytest.mark.backend_neutral
+
 
 def test_write_replaces_the_file_and_leaves_no_temporary(tmp_path):
     target = tmp_path / "manifest.json"

@@ -9,6 +9,8 @@ import pytest
 
 from keras_transformer.utils import console
 
+pytestmark = pytest.mark.backend_neutral
+
 
 @pytest.mark.parametrize(
     "argv0, orig_argv, expected",
