@@ -46,10 +46,15 @@ WORKER = textwrap.dedent(
     from keras_transformer import TransformerConfig, build_transformer, training
     from keras_transformer.config import BOS_ID, EOS_ID
     from keras_transformer.data.pipeline import token_weights
+    from keras_transformer.decoding.compile import enable_compilation_cache
     from keras_transformer.decoding.generator import SequenceGenerator
 
     folder, backend, others = sys.argv[1], sys.argv[2], sys.argv[3:]
     assert keras.backend.backend() == backend, keras.backend.backend()
+    # The three models of each backend have the same shapes: their searches
+    # compile to the same programs, so the second and third load them from
+    # the compilation cache, as the command line does (TensorFlow, JAX).
+    enable_compilation_cache(f"{folder}/cache-{backend}")
     VOCAB = 50
 
 
