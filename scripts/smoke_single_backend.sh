@@ -76,7 +76,8 @@ step "export ctranslate2"
   || fail "CTranslate2 cannot load the export"
 
 step "serve"
-"$cli" serve --run-dir "$run" --port 0 --beam-size 2 --warmup-tokens 16 > "$work/serve.out" 2> "$work/serve.err" &
+"$cli" serve --run-dir "$run" --port 0 --beam-size 2 --warmup-tokens 8 \
+  --max-text-tokens 32 > "$work/serve.out" 2> "$work/serve.err" &
 server=$!
 trap 'kill "$server" 2> /dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 600); do

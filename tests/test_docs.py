@@ -1,5 +1,15 @@
 """The Python snippets of the README and of the documentation (docs/*.md)
-run as written."""
+run as written.
+
+Backend-neutral (tests/conftest.py): the snippets are examples of library
+code that is the same on every backend, run here so that they stay runnable
+as written; they are not the per-backend checks of what they call, which
+run in every suite: fit on text pairs, validation data, generate and presets
+in tests/task/test_seq2seq_lm.py, the forward pass of `build_transformer`
+in tests/test_model.py, `training`'s splits, tokenizer, batches and model
+in tests/training/test_job.py, `Translator` in
+tests/decoding/test_translator.py. They run in one suite (torch's).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.backend_neutral
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -158,7 +158,14 @@ def test_tensorboard_callback_where_tensorflow_is(tmp_path):
 
 # --- the import guard -----------------------------------------------------
 
+# The import guard's tests start a fresh interpreter that chooses its own
+# backend (KERAS_BACKEND set, or unset, for it): their result cannot depend on
+# the suite's backend, and each start costs a Python + Keras import, so they
+# run in one suite (tests/conftest.py, backend_neutral).
+in_a_fresh_interpreter = pytest.mark.backend_neutral
 
+
+@in_a_fresh_interpreter
 @pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
 def test_import_names_the_extra_of_a_hidden_backend(backend):
     result = _python("import keras_transformer", hide=[backend], KERAS_BACKEND=backend)
@@ -168,6 +175,7 @@ def test_import_names_the_extra_of_a_hidden_backend(backend):
     assert f"pip install 'keras-transformer[{backend}]'" in result.stderr
 
 
+@in_a_fresh_interpreter
 def test_default_backend_missing_says_how_to_choose_another(tmp_path):
     env = dict(os.environ, KERAS_HOME=str(tmp_path))  # No keras.json there.
     env.pop("KERAS_BACKEND", None)
@@ -197,6 +205,7 @@ def test_configured_backend_reads_keras_json(tmp_path, monkeypatch):
     assert optional_imports.configured_backend() == "torch"
 
 
+@in_a_fresh_interpreter
 def test_command_line_prints_the_sentence_and_exits_2():
     result = _python(
         "import keras_transformer",
@@ -210,6 +219,7 @@ def test_command_line_prints_the_sentence_and_exits_2():
     assert "pip install 'keras-transformer[jax]'" in result.stderr
 
 
+@in_a_fresh_interpreter
 @pytest.mark.parametrize("backend", ["mxnet", "numpy"])
 def test_a_backend_we_do_not_run_on_is_named_with_the_ones_we_do(backend):
     result = _python(
@@ -235,6 +245,7 @@ print(sorted(m for m in {names!r} if sys.modules.get(m) is not None))
 """
 
 
+@in_a_fresh_interpreter
 @pytest.mark.slow
 def test_jax_backend_imports_no_tensorflow():
     code = _EVERY_COMMAND.format(names=("tensorflow", "tensorflow_text", "keras_hub"))
@@ -243,6 +254,7 @@ def test_jax_backend_imports_no_tensorflow():
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
+@in_a_fresh_interpreter
 @pytest.mark.slow
 def test_tensorflow_backend_works_with_jax_hidden():
     code = _EVERY_COMMAND.format(names=("jax", "torch"))

@@ -1,7 +1,9 @@
-"""The notebooks: each runs top to bottom with CI's small settings on the
-backends it is written for (the tutorial on TensorFlow and PyTorch), and the
-committed copies carry the outputs of a full-settings run of this package
-version."""
+"""The notebooks: each runs top to bottom with CI's small settings in the
+suites that scripts/execute_notebooks.py's NOTEBOOKS names (the plain Keras 3
+ones, the tutorial and the parsing notebook, in the torch suite; the JAX one
+in JAX's; the ablations, which set TensorFlow themselves, in TensorFlow's),
+and the committed copies carry the outputs of a full-settings run of this
+package version."""
 
 from __future__ import annotations
 

@@ -21,8 +21,6 @@ from tests.helpers import (
     short_pairs,
     small_config,
     to_numpy,
-    training_options,
-    write_training_corpus,
 )
 
 V, D = 50, 16
@@ -103,16 +101,6 @@ def test_a_mixed_precision_model_is_refused(keras_state):
         quantize_model(model, "int8")
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    from keras_transformer.training.job import train
-
-    directory = tmp_path_factory.mktemp("quantize")
-    files = write_training_corpus(directory)
-    train(training_options(directory / "run", files, max_steps=40))
-    return directory / "run"
-
-
 def _teacher_forced(model, tokenizer, pairs):
     sources, _ = tokenizer.tokenize([source for source, _ in pairs])
     targets, _ = tokenizer.tokenize([target for _, target in pairs], add_eos=True)
@@ -125,6 +113,8 @@ def _teacher_forced(model, tokenizer, pairs):
 
 @pytest.mark.slow
 def test_a_trained_model_predicts_the_same_tokens_in_int8(trained_run):
+    """On the session's trained run (tests/conftest.py: 300 updates on this
+    suite's backend), read-only: each side opens its own copy of the model."""
     pairs = short_pairs("valid", 12)
     float_run = RunDirectory(trained_run).open_for_inference()
     expected, real = _teacher_forced(float_run.model, float_run.tokenizer, pairs)

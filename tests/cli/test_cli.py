@@ -1,4 +1,10 @@
-"""`keras-transformer` command line: overrides, error exits, summary."""
+"""`keras-transformer` command line: overrides, error exits, summary.
+
+Backend-neutral (tests/conftest.py): parsing flags and refusing bad ones
+before any model is built is the same code on every backend; the one model
+built here (`summary`) is only counted, and its parameter count is a
+property of the configuration (tests/test_model.py builds and runs the model
+in every suite)."""
 
 from __future__ import annotations
 
@@ -13,6 +19,8 @@ from keras_transformer.cli import main, parse_overrides
 from keras_transformer.config import field_names
 from keras_transformer.data import prepare
 from keras_transformer.training import job, model_setup
+
+pytestmark = pytest.mark.backend_neutral
 
 
 def _never(*args, **kwargs):

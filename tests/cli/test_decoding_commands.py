@@ -1,5 +1,15 @@
 """`keras-transformer translate` and `evaluate` on a hand-made run directory
-(a tiny SentencePiece tokenizer and an untrained tiny model)."""
+(a tiny SentencePiece tokenizer and an untrained tiny model: the session's
+`untrained_run`, tests/shared_runs.py).
+
+Backend-neutral (tests/conftest.py): reading the input, the flags reaching
+the search, the output's lines, the refusals and error messages are the
+same code on every backend. The computation they drive is checked in every
+suite: `Translator` (order, blank lines, batches) in
+tests/decoding/test_translator.py, compiled against eager search in
+tests/decoding/test_generator.py (which also checks early stopping), int8
+decoding in tests/test_quantization.py, checkpoints in
+tests/run/test_checkpoints.py."""
 
 from __future__ import annotations
 
@@ -12,25 +22,21 @@ import keras
 import pytest
 
 from keras_transformer.cli import main
-from keras_transformer.data.tokenizer import load_tokenizer, train_tokenizer
+from keras_transformer.data.tokenizer import load_tokenizer
 from keras_transformer.decoding.translator import Translator
-from tests.helpers import make_corpus, no_eos_model
+
+pytestmark = pytest.mark.backend_neutral
 
 MAX_EXTRA = 3
 INPUT_LINES = ["the dog sleeps.", "", "the old man likes the garden.", "water."]
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """R/tokenizer and R/model.keras. The model never emits EOS (nor PAD,
-    UNK, BOS), so each output has source length + MAX_EXTRA tokens and
-    differs from line to line."""
-    run = tmp_path_factory.mktemp("run")
-    tokenizer = train_tokenizer(make_corpus(), 300)
-    tokenizer.save(run / "tokenizer")
-    model = no_eos_model(tokenizer.vocab_size)
-    model.save(run / "model.keras")
-    return run
+@pytest.fixture
+def run_dir(untrained_run):
+    """R/tokenizer and R/model.keras (read-only). The model never emits EOS
+    (nor PAD, UNK, BOS), so each output has source length + MAX_EXTRA tokens
+    and differs from line to line."""
+    return untrained_run
 
 
 def write_lines(path, lines):

@@ -1,34 +1,36 @@
 """`translate --format jsonl`, sampling, ensembles and constraints on the
 command line, and the refusals of their bad input (issue: what translators
-ask of a decoder)."""
+ask of a decoder).
+
+Backend-neutral (tests/conftest.py): the flags reaching the search, the
+files read and the records written are the same code on every backend. The
+searches they drive are checked in every suite: jsonl's details (token
+scores, n-best, alignments) in tests/decoding/test_scoring.py and
+tests/decoding/test_translator.py, seeded sampling in
+tests/decoding/test_sampling.py, an ensemble of a model with itself in
+tests/decoding/test_ensemble.py, int8 in tests/test_quantization.py,
+constraints, prefixes and unsatisfiable constraints in
+tests/decoding/test_constraints.py."""
 
 from __future__ import annotations
 
 import json
 import re
 
-import keras
 import pytest
 
-from keras_transformer import build_transformer
 from keras_transformer.cli import main
-from keras_transformer.data.tokenizer import train_tokenizer
-from tests.helpers import make_corpus, small_config
+
+pytestmark = pytest.mark.backend_neutral
 
 INPUT_LINES = ["the dog sleeps.", "", "the old man likes the garden.", "water."]
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """R/tokenizer and R/model.keras: an untrained tiny model."""
-    run = tmp_path_factory.mktemp("run")
-    tokenizer = train_tokenizer(make_corpus(), 300)
-    tokenizer.save(run / "tokenizer")
-    keras.utils.set_random_seed(5)
-    build_transformer(small_config(vocab_size=tokenizer.vocab_size)).save(
-        run / "model.keras"
-    )
-    return run
+@pytest.fixture
+def run_dir(untrained_run):
+    """R/tokenizer and R/model.keras (read-only): the session's untrained
+    tiny model (tests/shared_runs.py)."""
+    return untrained_run
 
 
 @pytest.fixture

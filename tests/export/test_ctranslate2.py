@@ -1,6 +1,14 @@
 """CTranslate2 export: the weight mapping, checked on untrained models of each
 layout against this package's own search (the trained-run checks, 50
-held-out sentences from a TensorFlow and a JAX run, are in test_savedmodel.py)."""
+held-out sentences, are in test_savedmodel.py).
+
+Backend-neutral (the torch suite only): the conversion reads the model's
+weights as NumPy arrays and CTranslate2 runs them, the same whichever
+backend built the model; the other side of each comparison, this package's
+search, scoring and logits, is checked on every backend by
+tests/decoding/ (test_translator.py, test_scoring.py, test_sampling.py) and
+agrees across backends (tests/test_backend_parity.py).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,6 @@ import json
 import numpy as np
 import pytest
 
-from keras_transformer.data.tokenizer import train_tokenizer
 from keras_transformer.decoding import scoring
 from keras_transformer.decoding.sampling import SamplingSettings
 from keras_transformer.decoding.settings import SearchSettings
@@ -20,15 +27,16 @@ from keras_transformer.export.ctranslate2 import (
     translate_batch_options,
 )
 from keras_transformer.model import build_transformer
+from keras_transformer.run.directory import RunDirectory
 from tests.helpers import (
     ctranslate2_ids,
-    make_corpus,
     set_seeded_weights,
     small_config,
     to_numpy,
 )
 
 ctranslate2 = pytest.importorskip("ctranslate2")
+pytestmark = pytest.mark.backend_neutral
 
 SENTENCES = [
     "the dog sleeps.",
@@ -40,8 +48,10 @@ EXTRA = 6
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return train_tokenizer(make_corpus(), 300)
+def tokenizer(untrained_run):
+    """The session's untrained run's tokenizer (`train_tokenizer(make_corpus(),
+    300)`, tests/shared_runs.py)."""
+    return RunDirectory(untrained_run).load_tokenizer()
 
 
 def our_outputs(model, tokenizer, settings, sentences):

@@ -1,5 +1,14 @@
 """NumPy search (the ONNX translator's): the same hypotheses and scores as
-`decoding.search` on the same step function, whatever the settings."""
+`decoding.search` on the same step function, whatever the settings.
+
+Backend-neutral (the torch suite only): the subject is NumPy code, which
+runs the same whatever the suite's backend (the ONNX export is torch's, its
+search NumPy's); the backend only runs the reference, `decoding.search`,
+whose greedy and beam search (length penalty, early stopping, suppressed
+ids) every suite checks itself (tests/decoding/test_search.py,
+test_generator.py) and whose translations agree across backends
+(tests/test_backend_parity.py).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +19,8 @@ from keras import ops
 from keras_transformer.config import EOS_ID, UNK_ID
 from keras_transformer.decoding import search
 from keras_transformer.export import numpy_search
+
+pytestmark = pytest.mark.backend_neutral
 
 VOCAB, SENTENCES = 12, 5
 LIMITS = np.array([3, 7, 1, 5, 9], np.int32)  # One ends at once.

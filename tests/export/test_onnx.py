@@ -5,9 +5,10 @@ file; a failed export leaves nothing.
 
 The graphs are traced under torch, so the export runs in the torch suite
 (other backends export in a torch child process; its route is checked here
-on a run it cannot load). The run is `make_run`'s untrained model with EOS
-made about as likely as the best word: outputs end at once, midway or at
-their limit, and UNK is likely enough to show where it is suppressed.
+on a run it cannot load). The run is a copy of the session's untrained run
+(tests/shared_runs.py) with EOS made about as likely as the best word:
+outputs end at once, midway or at their limit, and UNK is likely enough to
+show where it is suppressed.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from keras_transformer.export.onnx_translator import (
 )
 from keras_transformer.run.directory import RunDirectory
 from keras_transformer.serving.engines import open_engine
-from tests.serving.client import ServerProcess, make_run
+from tests.serving.client import ServerProcess
+from tests.shared_runs import copy_run
 
 pytest.importorskip("onnxruntime")
 torch_only = pytest.mark.skipif(
@@ -68,8 +70,8 @@ SETTINGS = {
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    run = make_run(tmp_path_factory.mktemp("onnx") / "run")
+def run_dir(untrained_run, tmp_path_factory):
+    run = copy_run(untrained_run, tmp_path_factory.mktemp("onnx"))
     model = keras.saving.load_model(run / "model.keras")
     bias = model.get_layer("output_projection").bias
     values = np.array(keras.ops.convert_to_numpy(bias))

@@ -1,5 +1,14 @@
 """The parsing task end to end: a tiny step-bounded run trains on a treebank,
-parses (one tree per input line, empty and long lines included) and scores."""
+parses (one tree per input line, empty and long lines included) and scores.
+
+Backend-neutral (tests/conftest.py): the parsing task is the translation
+model on linearized trees (keras_transformer/parsing holds no Keras code:
+trees, linearization, repair, EVALB scoring, search settings), so this flow
+is the same code on every backend. Its Keras computation is checked in every
+suite: training runs, dev evaluation during training and the final test
+score in tests/training/test_job.py, separate target vocabularies in
+tests/test_model.py, beam search (`allow_unk` too) in
+tests/decoding/test_generator.py and tests/decoding/test_translator.py."""
 
 from __future__ import annotations
 
@@ -11,6 +20,8 @@ import pytest
 from keras_transformer.cli import main
 from keras_transformer.parsing.tree import parse_tree
 from tests.helpers import TRAINING_MODEL
+
+pytestmark = pytest.mark.backend_neutral
 
 _WORDS = {
     "DT": ["the", "a", "every"],

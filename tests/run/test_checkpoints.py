@@ -35,11 +35,19 @@ RUN = "run-a"
 
 
 def compiled_model(seed=0):
+    """One encoder and one decoder layer, with dropout: what a checkpoint
+    holds and restores does not depend on depth. TensorFlow runs the steps
+    eagerly: tracing a train step costs ~10 s on two cores, once for the
+    original and again for each fresh model a test restores into (the
+    traced step's checkpoints and exact resume are checked on every backend
+    by tests/training/test_job.py). JAX compiles, once per model."""
     keras.utils.set_random_seed(seed)
-    model = build_transformer(small_config(dropout_rate=0.3))
+    config = small_config(dropout_rate=0.3, num_encoder_layers=1, num_decoder_layers=1)
+    model = build_transformer(config)
     model.compile(
         optimizer=transformer_optimizer(TransformerSchedule(32, 10)),
         loss=LabelSmoothedCrossEntropy(),
+        run_eagerly=keras.backend.backend() == "tensorflow",
     )
     return model
 

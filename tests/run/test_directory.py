@@ -26,6 +26,12 @@ from keras_transformer.utils.user_cache import user_cache_root
 from tests.helpers import make_corpus, small_config, to_numpy
 from tests.run.locking import run_directory_locked_by_child
 
+# Marked backend_neutral (the torch suite alone): the tests that do no Keras
+# computation at all (the manifest's identity, the new/resume/overwrite
+# decision, moving a run aside, the lock, removing partial files); a model's
+# round trip through a run directory stays on every backend.
+no_keras = pytest.mark.backend_neutral
+
 
 @pytest.fixture(scope="module")
 def tokenizer():
@@ -33,7 +39,13 @@ def tokenizer():
 
 
 def test_saved_model_loads_back_with_its_tokenizer(tokenizer, tmp_path):
-    model = build_transformer(small_config(vocab_size=tokenizer.vocab_size))
+    # One layer each: the round trip does not depend on depth, and JAX runs
+    # this model op by op (it was 11 s of the JAX suite with two).
+    model = build_transformer(
+        small_config(
+            vocab_size=tokenizer.vocab_size, num_encoder_layers=1, num_decoder_layers=1
+        )
+    )
     run = RunDirectory(tmp_path / "run")
     run.save_model(model, tokenizer)
     assert run.load_config() == model.config
@@ -65,6 +77,7 @@ def created(tmp_path, identity=IDENTITY) -> RunDirectory:
     return run
 
 
+@no_keras
 def test_identity_conflicts_name_each_setting_with_both_values():
     requested = {"preset": "small", "seed": 0, "data": {"name": "builtin", "size": 9}}
     assert identity_conflicts(IDENTITY, requested) == [
@@ -78,6 +91,7 @@ def test_identity_conflicts_name_each_setting_with_both_values():
     ]
 
 
+@no_keras
 def test_check_decides_new_resume_or_overwrite(tmp_path):
     absent = RunDirectory(tmp_path / "absent")
     assert absent.check(IDENTITY) == "new"
@@ -88,6 +102,7 @@ def test_check_decides_new_resume_or_overwrite(tmp_path):
     assert run.check({**IDENTITY, "seed": 1}, overwrite=True) == "overwrite"
 
 
+@no_keras
 def test_check_refuses_another_run_and_changes_nothing(tmp_path):
     run = created(tmp_path)
     before = run.manifest_path.read_bytes()
@@ -97,6 +112,7 @@ def test_check_refuses_another_run_and_changes_nothing(tmp_path):
     assert sorted(p.name for p in run.path.iterdir()) == ["manifest.json"]
 
 
+@no_keras
 def test_check_refuses_a_directory_without_manifest_or_with_a_broken_one(tmp_path):
     run = RunDirectory(tmp_path / "run")
     run.path.mkdir()
@@ -108,6 +124,7 @@ def test_check_refuses_a_directory_without_manifest_or_with_a_broken_one(tmp_pat
         run.check(IDENTITY)
 
 
+@no_keras
 def test_set_aside_moves_the_whole_run_under_a_new_name_each_time(tmp_path):
     run = created(tmp_path)
     first = run.set_aside()
@@ -121,6 +138,7 @@ def test_set_aside_moves_the_whole_run_under_a_new_name_each_time(tmp_path):
 # --- the lock --------------------------------------------------------------------
 
 
+@no_keras
 def test_a_second_process_is_refused_naming_the_holders_pid(tmp_path):
     run = RunDirectory(tmp_path / "run")
     with run_directory_locked_by_child(run.path) as child:
@@ -133,6 +151,7 @@ def test_a_second_process_is_refused_naming_the_holders_pid(tmp_path):
         assert run.lock_path.read_text().startswith(f"pid {os.getpid()} ")
 
 
+@no_keras
 def test_a_killed_holder_releases_the_lock(tmp_path):
     run = RunDirectory(tmp_path / "run")
     with run_directory_locked_by_child(run.path) as child:
@@ -141,6 +160,7 @@ def test_a_killed_holder_releases_the_lock(tmp_path):
         run.lock().release()
 
 
+@no_keras
 def test_the_lock_guards_the_name_across_overwrite(tmp_path):
     # Beside the directory: moving the run aside does not move the lock.
     run = created(tmp_path)
@@ -150,6 +170,7 @@ def test_the_lock_guards_the_name_across_overwrite(tmp_path):
             RunDirectory(tmp_path / "run").lock()
 
 
+@no_keras
 def test_train_into_a_locked_run_directory_is_refused_before_any_work(tmp_path):
     from keras_transformer.training import TrainOptions, train
 
@@ -163,6 +184,7 @@ def test_train_into_a_locked_run_directory_is_refused_before_any_work(tmp_path):
 # --- writes ----------------------------------------------------------------------
 
 
+@no_keras
 def test_discard_new_run_leaves_the_directory_as_it_was(tmp_path):
     absent = created(tmp_path)
     (absent.tokenizer_dir).mkdir()
@@ -173,6 +195,7 @@ def test_discard_new_run_leaves_the_directory_as_it_was(tmp_path):
     assert run.path.is_dir() and not any(run.path.iterdir())
 
 
+@no_keras
 def test_remove_partials_takes_only_temporary_files(tmp_path):
     run = created(tmp_path)
     run.checkpoint_dir.mkdir()

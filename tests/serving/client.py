@@ -13,35 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-import keras
-import numpy as np
-
-from keras_transformer.data.tokenizer import train_tokenizer
-from tests.helpers import make_corpus, no_eos_model
-
 ROOT = Path(__file__).resolve().parents[2]
 _ADDRESS = re.compile(rb"http://127\.0\.0\.1:(\d+)/")
-
-
-def make_run(directory: Path) -> Path:
-    """A run directory with a tiny SentencePiece tokenizer and the untrained
-    model of `no_eos_model`: every output runs to its length limit, so
-    outputs differ from text to text and their length is known. Nor does it
-    emit byte pieces: a byte-fallback newline in an output would split a
-    line of `keras-transformer translate`'s output in two."""
-    directory.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(make_corpus(), 300)
-    tokenizer.save(directory / "tokenizer")
-    model = no_eos_model(tokenizer.vocab_size)
-    bias = model.get_layer("output_projection").bias
-    values = np.array(keras.ops.convert_to_numpy(bias))
-    for token_id in range(tokenizer.vocab_size):
-        if tokenizer.id_to_piece(token_id).startswith("<0x"):
-            values[token_id] = -20.0
-    bias.assign(values)
-    model.save(directory / "model.keras")
-    model.config.to_json(directory / "config.json")
-    return directory
 
 
 class Response:
@@ -129,6 +102,23 @@ class ServerProcess:
     def post(self, path: str, data) -> Response:
         body = json.dumps(data).encode("utf-8")
         return self.request("POST", path, body, {"Content-Type": "application/json"})
+
+    def metrics(self, headers: dict[str, str] | None = None) -> dict:
+        """/metrics as {(sample name, sorted labels): value}, parsed by
+        prometheus_client's own parser."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        answer = self.request("GET", "/metrics", headers=headers)
+        assert answer.status == 200, answer.body
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(answer.body.decode())
+            for sample in family.samples
+        }
+
+    def metric(self, name: str, **labels) -> float:
+        """One sample of /metrics (0 when absent)."""
+        return self.metrics().get((name, tuple(sorted(labels.items()))), 0.0)
 
     def translate(self, texts: list[str], **options) -> list[str]:
         """The best translations, asserting a 200."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serving.client import ServerProcess, make_run
+from tests.serving.client import ServerProcess
 
 webdriver = pytest.importorskip("selenium.webdriver")
 pytestmark = [pytest.mark.slow, pytest.mark.backend_neutral]
@@ -52,11 +52,6 @@ DOCUMENT = (
 # Its second sentence is over --max-text-tokens (256): a run of letters the
 # 300-piece vocabulary spells at most two to a piece, within --max-text-chars.
 TOO_MANY_TOKENS = "A dog runs on the beach. " + "Zq" * 495 + "."
-
-
-@pytest.fixture(scope="module")
-def untrained_run(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("demo") / "run")
 
 
 @pytest.fixture(scope="module")

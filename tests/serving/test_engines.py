@@ -10,7 +10,6 @@ import pytest
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving.engines import open_engine
 from keras_transformer.serving.protocol import RequestError
-from tests.serving.client import make_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.backend_neutral]
 
@@ -19,8 +18,10 @@ SETTINGS = SearchSettings(beam_size=2, max_extra_length=4)
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("engines") / "run")
+def run_dir(untrained_run):
+    """The session's untrained run (read-only: the engines export and
+    quantize into their scratch directories)."""
+    return untrained_run
 
 
 def engine(name, run_dir, tmp_path, settings=SETTINGS, **kwargs):

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tests.serving.client import ServerProcess, make_run
+from tests.serving.client import ServerProcess
 from tests.serving.test_server_keras import chunks, cli_translate
 
 pytest.importorskip("ctranslate2")
@@ -31,15 +31,10 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("serve-ct2") / "run")
-
-
-@pytest.fixture(scope="module")
-def server(run_dir, tmp_path_factory):
+def server(untrained_run, tmp_path_factory):
     log = tmp_path_factory.mktemp("logs") / "server.log"
-    args = ["--run-dir", str(run_dir), "--engine", "ctranslate2", "--beam-size", "1"]
-    args += ["--allowed-beam-sizes", "1,3"]
+    args = ["--run-dir", str(untrained_run), "--engine", "ctranslate2"]
+    args += ["--beam-size", "1", "--allowed-beam-sizes", "1,3"]
     args += ["--max-extra-length", str(EXTRA)]  # The default batch size.
     args += ["--workers", "2"]  # Batches side by side, whatever the cores.
     process = ServerProcess(args, log)
@@ -62,14 +57,12 @@ def test_info_names_the_engine_and_attention_is_refused(server):
     assert "need --engine keras; this server runs ctranslate2" in details.error()[1]
 
 
-def test_concurrent_clients_get_what_translate_prints(
-    server, run_dir, tmp_path, capsys
-):
+def test_concurrent_clients_get_what_translate_prints(server, untrained_run, tmp_path):
     """Greedy search, where CTranslate2 equals `Translator` token for token
     (its beam search normalises differently: see the export's notes). The
     sources differ in length, so each batch's single length limit is not
     each sentence's: the ones that ran past theirs are searched again."""
-    expected = cli_translate(run_dir, SENTENCES, tmp_path, capsys, "--beam-size", "1")
+    expected = cli_translate(untrained_run, SENTENCES, tmp_path, "--beam-size", "1")
     assert len(set(expected)) > len(SENTENCES) // 2  # Outputs differ.
     got = [None] * len(SENTENCES)
     clients = 4

@@ -1,16 +1,40 @@
 """`keras-transformer serve` with the Keras engine, as a real server on
-127.0.0.1 (one process for the module; the last test stops it with SIGTERM).
+127.0.0.1 (one process for the module; the last test, where the neutral
+tests run, stops it with SIGTERM).
 
-The run is `make_run`'s untrained model that never emits EOS: outputs run
-to source length + EXTRA tokens, so they differ from text to text (an
-answer sent to the wrong caller shows) and long texts decode slowly enough
-to pile requests up (overload, shutdown under load)."""
+The run is the session's `untrained_run`, whose model never emits EOS:
+outputs run to source length + EXTRA tokens, so they differ from text to
+text (an answer sent to the wrong caller shows) and long texts decode slowly
+enough to pile requests up (overload, shutdown under load).
+
+Two kinds of test share the server:
+
+- on every backend, what the Keras engine computes when served: the warm-up
+  compiled every program a request runs (TensorFlow traces, JAX compiles;
+  torch compiles nothing), concurrent clients (two workers on TensorFlow and
+  JAX) get what `keras-transformer translate` writes, details and
+  attention as the translator and the model give them, whatever the batch
+  and padding they were decoded in;
+- `backend_neutral` (the torch suite only): the HTTP protocol and the
+  request plumbing around the engine (info, validation, the n-best answer,
+  sampling and constraint requests, overload, SIGTERM), the same Python on
+  every backend. Each says which per-backend tests check its Keras
+  computation.
+
+The server allows only what the selected tests ask for: where the neutral
+tests are deselected it warms up greedy search and beam 4 with two alphas
+(three searches), not also beam 3, sampling and the constrained searches
+(eight more), which on TensorFlow cost about a trace of 3-5 s each per
+batch shape."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import json
 import signal
+import statistics
 import threading
 import time
 
@@ -19,33 +43,57 @@ import pytest
 
 from keras_transformer.cli import main
 from keras_transformer.data.builtin_corpus import generate_corpus
-from tests.serving.client import ServerProcess, make_run
+from tests.serving.client import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 EXTRA = 4
-LIMITS = ["--max-texts", "4", "--max-text-chars", "160", "--max-document-chars",
-          "160", "--allowed-beam-sizes", "1,3,4", "--max-text-tokens", "150",
-          "--warmup-tokens", "16", "--allowed-sampling", "top-k:5",
-          "--allow-constraints"]  # fmt: skip
+# What the per-backend tests ask for. The built-in sentences are up to 78
+# tokens long in the test run's 300-piece vocabulary.
+ENGINE = ["--max-extra-length", str(EXTRA), "--allowed-beam-sizes", "1,4",
+          "--allowed-alphas", "0.6,1.0", "--warmup-tokens", "8",
+          "--max-texts", "4", "--max-text-chars", "160",
+          "--max-document-chars", "160", "--max-text-tokens", "80"]  # fmt: skip
+# What the neutral tests ask for besides (later flags win).
+PROTOCOL = ["--allowed-beam-sizes", "1,3,4", "--max-text-tokens", "150",
+            "--allowed-sampling", "top-k:5", "--allow-constraints"]  # fmt: skip
 BATCHING = ["--max-batch-size", "4", "--max-wait-ms", "5", "--max-queue", "12"]
 # Batches side by side where the engine allows it, whatever the cores.
 WORKERS = 1 if keras.backend.backend() == "torch" else 2
+COMPILED = "keras_transformer_compilations_total"
+# Up to 8 tokens (--warmup-tokens) each. Longer sources (the built-in
+# sentences: 21 to 78 tokens) compile their shapes when first served.
+SHORT = ["a dog runs.", "a man runs."]
+
+
+def neutral_tests_selected(request) -> bool:
+    """Whether this session runs a neutral test of the module (everywhere
+    without KERAS_TRANSFORMER_NEUTRAL_SUITE; else in its suite only)."""
+    return any(
+        item.module is request.module and item.get_closest_marker("backend_neutral")
+        for item in request.session.items
+    )
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("serve-keras") / "run")
-
-
-@pytest.fixture(scope="module")
-def server(run_dir, tmp_path_factory):
+def started(untrained_run, tmp_path_factory, request):
+    """The module's server, listening (maybe still warming up)."""
     log = tmp_path_factory.mktemp("logs") / "server.log"
-    args = ["--run-dir", str(run_dir), "--max-extra-length", str(EXTRA)]
+    args = ["--run-dir", str(untrained_run), *ENGINE]
+    if neutral_tests_selected(request):
+        args += PROTOCOL
     workers = ["--workers", str(WORKERS)]
-    process = ServerProcess(args + LIMITS + BATCHING + workers, log)
+    process = ServerProcess(args + BATCHING + workers, log, wait_ready=False)
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="module")
+def server(started, translated):
+    """The module's server, ready: `translate` ran (`translated`) while its
+    warm-up compiled, each in its own process."""
+    started.wait_ready(600)
+    return started
 
 
 @pytest.fixture(scope="module")
@@ -55,16 +103,189 @@ def sentences():
     return [source for source, _ in pairs["test"]] + ["", "  ", "Café 日本 😀"]
 
 
-def cli_translate(run_dir, lines, tmp_path, capsys, *flags) -> list[str]:
-    """`keras-transformer translate`'s output lines for `lines`."""
-    source = tmp_path / "input.txt"
+@pytest.fixture(scope="module")
+def translated(untrained_run, sentences, tmp_path_factory):
+    """{beam size: `translate --format jsonl --n-best`'s records of
+    `sentences`} for greedy search and beam 4: one `translate` per beam for
+    the module (each traces or compiles its own search)."""
+    folder = tmp_path_factory.mktemp("translated")
+    records = {}
+    for beam_size in (4, 1):
+        flags = ["--format", "jsonl", "--n-best", "--beam-size", str(beam_size)]
+        lines = cli_translate(untrained_run, sentences, folder, *flags)
+        records[beam_size] = [json.loads(line) for line in lines]
+    return records
+
+
+def chunks(indices: list[int]) -> list[list[int]]:
+    """`indices` in requests of 1, 2, 3, 1, 2, ... texts."""
+    sizes, out = itertools.cycle([1, 2, 3]), []
+    while indices:
+        size = next(sizes)
+        out.append(indices[:size])
+        indices = indices[size:]
+    return out
+
+
+def cli_translate(run_dir, lines, folder, *flags) -> list[str]:
+    """`keras-transformer translate`'s output lines for `lines` (written
+    to `folder`/input.txt)."""
+    source = folder / "input.txt"
     source.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     argv = ["translate", "--run-dir", str(run_dir), "--input", str(source)]
-    capsys.readouterr()
-    assert main([*argv, "--max-extra-length", str(EXTRA), *flags]) == 0
-    return capsys.readouterr().out.split("\n")[:-1]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*argv, "--max-extra-length", str(EXTRA), *flags]) == 0
+    return out.getvalue().split("\n")[:-1]
 
 
+def test_the_warm_up_compiled_what_requests_run(server):
+    """Runs first, before any request compiles a shape the warm-up did not
+    reach (a source over --warmup-tokens). The first request of each
+    allowed setting is as fast as later ones; neither it nor a details
+    request compiles anything (the metric counts TensorFlow's traces and
+    JAX's compiles; torch compiles nothing)."""
+    warm = server.metric(COMPILED, phase="warmup")
+    assert server.metric("keras_transformer_ready") == 1
+    times = []
+    for beam, alpha in [(4, 0.6), (1, 0.6), (4, 1.0)] * 7:
+        start = time.perf_counter()
+        server.translate(SHORT, beam_size=beam, alpha=alpha)
+        times.append(time.perf_counter() - start)
+    later = statistics.median(times[3:])
+    # The first of each setting was compiled at warm-up: no compile now.
+    assert max(times[:3]) < 5 * later + 1.0, times  # A compile takes seconds.
+    for beam in (4, 1):  # The details' teacher-forced pass: warmed too.
+        body = {"texts": SHORT, "details": True, "beam_size": beam}
+        answer = server.post("/v1/translate", body)
+        assert answer.status == 200, answer.body
+    assert server.metric(COMPILED, phase="serving") == 0
+    assert server.metric(COMPILED, phase="warmup") == warm
+
+
+def test_the_first_attention_after_ready_compiles_nothing(server):
+    """The warm-up compiled /v1/attention's programs too: one per length
+    both sides pad to (8, 16, 32, 64, 88 with --max-text-tokens 80; up to
+    152 with 150), so the first requests of each length compile nothing
+    (the module's first attention requests)."""
+    assert server.metric(COMPILED, phase="serving") == 0
+    pairs = [
+        ("a dog runs.", "a dog."),  # 7 and 5 + 1 tokens: padded to 8.
+        ("a dog runs.", "ein hund."),  # The translation's 10 + 1: 16.
+        ("two men play football.", "a dog."),  # About 20: 32.
+        ("two men play football. " * 2, "zwei männer spielen fussball."),  # 43: 64.
+    ]
+    longest = []
+    for source, translation in pairs:
+        body = {"source": source, "translation": translation}
+        answer = server.post("/v1/attention", body)
+        assert answer.status == 200, answer.body
+        tokens = answer.json()
+        longest.append(max(len(tokens["source_tokens"]), len(tokens["target_tokens"])))
+    assert [next(n for n in (8, 16, 32, 64) if n >= t) for t in longest] == [
+        8, 16, 32, 64
+    ], longest  # fmt: skip
+    assert server.metric(COMPILED, phase="serving") == 0
+
+
+def test_concurrent_clients_get_what_translate_prints(server, sentences, translated):
+    """8 clients at once, requests of 1 to 3 texts, half of them greedy:
+    every answer equals what `keras-transformer translate` writes, text for
+    text, however the server batched and padded it (the requests with other
+    settings were not decoded with these)."""
+    expected = {
+        beam: [record["translation"] for record in records]
+        for beam, records in translated.items()
+    }
+    assert len(set(expected[4])) > len(sentences) // 2  # Outputs differ.
+    clients = 8
+    got = [None] * len(sentences)
+
+    def client(number):
+        beam = 1 if number % 2 else 4
+        for chunk in chunks(list(range(number, len(sentences), clients))):
+            texts = [sentences[i] for i in chunk]
+            for index, text in zip(chunk, server.translate(texts, beam_size=beam)):
+                got[index] = (beam, text)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(600)
+    beams = [1 if (i % clients) % 2 else 4 for i in range(len(sentences))]
+    assert got == [(beam, expected[beam][i]) for i, beam in enumerate(beams)]
+
+
+def test_details_are_what_translate_writes_as_jsonl(server, sentences, translated):
+    """`details: true` gives each translation the tokens, token scores,
+    alignment and normalization that `translate --format jsonl` writes for
+    the same search; with split_sentences, each sentence's."""
+    chosen = [0, 1, 2, sentences.index("")]
+    texts = [sentences[i] for i in chosen]
+    for beam_size in (1, 4):
+        expected = [translated[beam_size][i] for i in chosen]
+        asked = {"texts": texts, "details": True, "beam_size": beam_size}
+        answer = server.post("/v1/translate", {**asked, "alignment_layer": -1})
+        assert answer.status == 200, answer.body
+        for got, record in zip(answer.json()["translations"], expected):
+            assert got["translation"] == record["translation"]
+            assert got["score"] == pytest.approx(record["score"], abs=1e-4)
+            assert len(got["n_best"]) == len(record["n_best"])
+            details = got["details"]
+            for name in ("normalization", "tokens", "alignment"):
+                assert details[name] == record[name], name
+            assert details["token_scores"] == pytest.approx(
+                record["token_scores"], abs=1e-4
+            )
+    assert expected[0]["alignment"] and expected[-1]["tokens"] == []
+    split = server.post(
+        "/v1/translate",
+        {"texts": [" ".join(SHORT)], "details": True,  # Searches warmed.
+         "split_sentences": True, "beam_size": 1},
+    ).json()["translations"][0]  # fmt: skip
+    assert "details" not in split and len(split["sentences"]) == 2
+    for sentence in split["sentences"]:
+        plain = server.post(
+            "/v1/translate", {"texts": [sentence["source"]], "details": True,
+                              "beam_size": 1}
+        ).json()["translations"][0]  # fmt: skip
+        mine, alone = sentence["details"], plain["details"]
+        assert mine["tokens"] == alone["tokens"]  # Other rows: float rounding.
+        assert mine["token_scores"] == pytest.approx(alone["token_scores"], abs=1e-4)
+    assert (
+        "details"
+        not in server.post("/v1/translate", {"texts": ["a dog."]}).json()[
+            "translations"
+        ][0]
+    )
+
+
+def test_attention_gives_every_layer_and_head_with_both_sides_tokens(server):
+    best = server.translate(["the old man likes the garden."])[0]
+    answer = server.post(
+        "/v1/attention",
+        {"source": "the old man likes the garden.", "translation": best},
+    )
+    assert answer.status == 200
+    body = answer.json()
+    source, target = body["source_tokens"], body["target_tokens"]
+    assert "".join(source).replace("\u2581", " ").strip() == (
+        "the old man likes the garden."
+    )
+    assert target[-1] == "</s>"
+    layers = body["cross_attention"]
+    assert len(layers) == 1 and len(layers[0]) == 2  # 1 layer, 2 heads.
+    for head in layers[0]:
+        assert len(head) == len(target)
+        for row in head:
+            assert len(row) == len(source)
+            assert sum(row) == pytest.approx(1.0, abs=1e-3)
+
+
+# Neutral: /healthz, /v1/info, the OpenAPI schema, /docs and the page's
+# files are the server's Python and static files, no Keras computation.
+@pytest.mark.backend_neutral
 def test_health_info_docs_and_the_page(server):
     health = server.get("/healthz")
     assert health.status == 200 and health.json()["status"] == "ok"
@@ -96,6 +317,13 @@ def test_health_info_docs_and_the_page(server):
     assert "https://" not in page and "http://" not in page
 
 
+# Neutral: the shape of a translate answer (n-best list, blank texts,
+# settings echoed). The beam's n-best and its scores are checked per backend
+# by tests/decoding/test_scoring.py (test_n_best_lists_the_beam) and
+# test_translator.py (test_nbest_gives_every_hypothesis_best_first); served,
+# by test_details_are_what_translate_writes_as_jsonl (the best of beam 4 and
+# as many hypotheses as `translate --n-best` writes).
+@pytest.mark.backend_neutral
 def test_translate_answers_every_text_with_its_n_best(server):
     answer = server.post(
         "/v1/translate", {"texts": ["the dog sleeps.", ""], "beam_size": 3}
@@ -120,55 +348,15 @@ def test_translate_answers_every_text_with_its_n_best(server):
     assert len(one["translations"][0]["n_best"]) == 1
 
 
-def test_details_are_what_translate_writes_as_jsonl(
-    server, run_dir, sentences, tmp_path, capsys
-):
-    """`details: true` gives each translation the tokens, token scores,
-    alignment and normalization that `translate --format jsonl` writes for
-    the same search; with split_sentences, each sentence's."""
-    texts = sentences[:3] + [""]
-    for beam_size in (1, 3):
-        flags = ["--format", "jsonl", "--n-best", "--beam-size", str(beam_size)]
-        lines = cli_translate(run_dir, texts, tmp_path, capsys, *flags)
-        expected = [json.loads(line) for line in lines]
-        asked = {"texts": texts, "details": True, "beam_size": beam_size}
-        answer = server.post("/v1/translate", {**asked, "alignment_layer": -1})
-        assert answer.status == 200, answer.body
-        for got, record in zip(answer.json()["translations"], expected):
-            assert got["translation"] == record["translation"]
-            assert got["score"] == pytest.approx(record["score"], abs=1e-4)
-            assert len(got["n_best"]) == len(record["n_best"])
-            details = got["details"]
-            for name in ("normalization", "tokens", "alignment"):
-                assert details[name] == record[name], name
-            assert details["token_scores"] == pytest.approx(
-                record["token_scores"], abs=1e-4
-            )
-    assert expected[0]["alignment"] and expected[-1]["tokens"] == []
-    split = server.post(
-        "/v1/translate",
-        {"texts": ["the dog sleeps. the cat eats."], "details": True,
-         "split_sentences": True, "beam_size": 1},
-    ).json()["translations"][0]  # fmt: skip
-    assert "details" not in split and len(split["sentences"]) == 2
-    for sentence in split["sentences"]:
-        plain = server.post(
-            "/v1/translate", {"texts": [sentence["source"]], "details": True,
-                              "beam_size": 1}
-        ).json()["translations"][0]  # fmt: skip
-        mine, alone = sentence["details"], plain["details"]
-        assert mine["tokens"] == alone["tokens"]  # Other rows: float rounding.
-        assert mine["token_scores"] == pytest.approx(alone["token_scores"], abs=1e-4)
-    assert (
-        "details"
-        not in server.post("/v1/translate", {"texts": ["a dog."]}).json()[
-            "translations"
-        ][0]
-    )
-
-
+# Neutral: a sampling request's plumbing (seed, samples, the allowed list).
+# The draws themselves, a seed's samples whatever the batch, are checked per
+# backend by tests/decoding/test_sampling.py (test_a_seed_gives_the_same_
+# samples_and_another_seed_others, test_resampled_draws_as_a_new_translator_
+# on_the_same_program, test_uniform_numbers_depend_on_the_seed_sentence_and_
+# sample_only).
+@pytest.mark.backend_neutral
 def test_sampling_draws_what_translate_draws_with_the_same_seed(
-    server, run_dir, tmp_path, capsys
+    server, untrained_run, tmp_path
 ):
     """A seeded request draws the samples `translate --sampling` draws
     with that seed, again and again; another seed draws others."""
@@ -176,7 +364,7 @@ def test_sampling_draws_what_translate_draws_with_the_same_seed(
     flags = ["--sampling", "top-k", "--top-k", "5", "--seed", "3", "--num-samples"]
     flags += ["2", "--beam-size", "1", "--format", "jsonl"]
     expected = [json.loads(line) for line in cli_translate(
-        run_dir, texts, tmp_path, capsys, *flags)]  # fmt: skip
+        untrained_run, texts, tmp_path, *flags)]  # fmt: skip
     asked = {"texts": texts, "sampling": "top-k", "top_k": 5, "seed": 3}
     answer = server.post("/v1/translate", {**asked, "num_samples": 2})
     assert answer.status == 200, answer.body
@@ -205,8 +393,13 @@ def test_sampling_draws_what_translate_draws_with_the_same_seed(
     assert "draws with top-k:5 (--allowed-sampling" in refused.error()[1]
 
 
+# Neutral: the request's phrases and prefixes reach the constrained search
+# `translate` runs. That search is checked per backend by
+# tests/decoding/test_constraints.py (every phrase met, prefixes forced,
+# unsatisfiable sentences reported, one start and one step program).
+@pytest.mark.backend_neutral
 def test_constraints_and_prefixes_give_what_translate_gives(
-    server, run_dir, tmp_path, capsys
+    server, untrained_run, tmp_path
 ):
     """Per text phrases and a prefix: the constrained search's translation
     and report, as `translate --constraints --target-prefix` writes them."""
@@ -217,7 +410,7 @@ def test_constraints_and_prefixes_give_what_translate_gives(
     terms.write_text("".join("\t".join(p) + "\n" for p in constraints))
     starts.write_text("".join(p + "\n" for p in prefixes))
     flags = ["--constraints", str(terms), "--target-prefix", str(starts)]
-    lines = cli_translate(run_dir, texts, tmp_path, capsys, *flags, "--format", "jsonl")
+    lines = cli_translate(untrained_run, texts, tmp_path, *flags, "--format", "jsonl")
     expected = [json.loads(line) for line in lines]
     body = {"texts": texts, "constraints": constraints, "target_prefix": prefixes}
     answer = server.post("/v1/translate", body)
@@ -232,28 +425,6 @@ def test_constraints_and_prefixes_give_what_translate_gives(
     tokens = [t["details"]["tokens"] for t in detailed["translations"]]
     assert tokens == [r["tokens"] for r in expected]
     assert server.get("/v1/info").json()["allowed"]["constraints"] is True
-
-
-def test_attention_gives_every_layer_and_head_with_both_sides_tokens(server):
-    best = server.translate(["the old man likes the garden."])[0]
-    answer = server.post(
-        "/v1/attention",
-        {"source": "the old man likes the garden.", "translation": best},
-    )
-    assert answer.status == 200
-    body = answer.json()
-    source, target = body["source_tokens"], body["target_tokens"]
-    assert "".join(source).replace("\u2581", " ").strip() == (
-        "the old man likes the garden."
-    )
-    assert target[-1] == "</s>"
-    layers = body["cross_attention"]
-    assert len(layers) == 1 and len(layers[0]) == 2  # 1 layer, 2 heads.
-    for head in layers[0]:
-        assert len(head) == len(target)
-        for row in head:
-            assert len(row) == len(source)
-            assert sum(row) == pytest.approx(1.0, abs=1e-3)
 
 
 def bad_requests(server) -> list[tuple[str, bytes, int, str]]:
@@ -295,6 +466,9 @@ def bad_requests(server) -> list[tuple[str, bytes, int, str]]:
     ]
 
 
+# Neutral: request validation and error answers, Python before the engine;
+# the good requests beside them decode as the per-backend tests above check.
+@pytest.mark.backend_neutral
 def test_every_bad_request_is_a_4xx_naming_its_field_beside_good_ones(server):
     """Bad requests sent while others translate: each gets its own answer,
     the good ones theirs, and the server keeps serving."""
@@ -337,52 +511,16 @@ def test_every_bad_request_is_a_4xx_naming_its_field_beside_good_ones(server):
     assert wrong.status == 422 and wrong.error()[0] == "translation"
 
 
-def chunks(indices: list[int]) -> list[list[int]]:
-    """`indices` in requests of 1, 2, 3, 1, 2, ... texts."""
-    sizes, out = itertools.cycle([1, 2, 3]), []
-    while indices:
-        size = next(sizes)
-        out.append(indices[:size])
-        indices = indices[size:]
-    return out
-
-
-def test_concurrent_clients_get_what_translate_prints(
-    server, run_dir, sentences, tmp_path, capsys
-):
-    """8 clients at once, requests of 1 to 3 texts, half of them greedy:
-    every answer equals `keras-transformer translate` line for line (the
-    requests with other settings were not decoded with these)."""
-    expected = {
-        4: cli_translate(run_dir, sentences, tmp_path, capsys),
-        1: cli_translate(run_dir, sentences, tmp_path, capsys, "--beam-size", "1"),
-    }
-    assert len(set(expected[4])) > len(sentences) // 2  # Outputs differ.
-    clients = 8
-    got = [None] * len(sentences)
-
-    def client(number):
-        beam = 1 if number % 2 else 4
-        for chunk in chunks(list(range(number, len(sentences), clients))):
-            texts = [sentences[i] for i in chunk]
-            for index, text in zip(chunk, server.translate(texts, beam_size=beam)):
-                got[index] = (beam, text)
-
-    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(600)
-    beams = [1 if (i % clients) % 2 else 4 for i in range(len(sentences))]
-    assert got == [(beam, expected[beam][i]) for i, beam in enumerate(beams)]
-
-
 LONG = " ".join(["the old man likes the garden near the river"] * 4)[:150]
 
 
+# Neutral: the batcher's queue bound and the 503 it answers; the accepted
+# requests decode as test_concurrent_clients_get_what_translate_prints
+# checks per backend (two workers on TensorFlow and JAX).
+@pytest.mark.backend_neutral
 def test_overload_is_503_with_retry_after_and_the_accepted_are_answered(server):
     """Far more texts at once than the queue (12) and the batches decoding
-    (two workers, 4 each) hold: 96, so that some are refused even where a
+    (WORKERS, 4 each) hold: 96, so that some are refused even where a
     loaded machine spreads the clients' sends out."""
     expected = server.translate([LONG])[0]
     answers = []
@@ -415,6 +553,9 @@ def test_overload_is_503_with_retry_after_and_the_accepted_are_answered(server):
     assert health["texts"] > health["batches"]  # Requests were decoded together.
 
 
+# Neutral: uvicorn's graceful shutdown and the batcher draining its queue,
+# the same Python on every backend; the decoding is checked per backend above.
+@pytest.mark.backend_neutral
 def test_sigterm_under_load_answers_every_accepted_request(server):
     """Runs last: SIGTERM while requests wait in the queue and decode. Every
     one of them is answered, new connections are refused, exit status 0."""

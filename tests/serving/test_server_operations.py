@@ -2,21 +2,29 @@
 127.0.0.1: readiness after the warm-up, allowed settings, metrics,
 abandoned work, read timeouts, one error shape, HTTP details, documents.
 
-The run is `make_run`'s untrained model that never emits EOS: outputs run
-to source length + EXTRA tokens, so the time of a request is known."""
+The run is the session's `untrained_run`, whose model never emits EOS:
+outputs run to source length + EXTRA tokens, so the time of a request is
+known.
+
+Backend-neutral (the torch suite only): all of it is the server's Python
+(readiness plumbing, validation, metrics, the batcher, the HTTP layer,
+sentence splitting), the same on every backend. What the warm-up compiles,
+and that nothing is compiled while serving, is checked on every backend by
+tests/serving/test_server_keras.py (test_the_warm_up_compiled_what_requests_run,
+test_the_first_attention_after_ready_compiles_nothing), with the
+translations the engine serves (test_concurrent_clients_get_what_translate_prints)."""
 
 from __future__ import annotations
 
 import json
 import socket
-import statistics
 import time
 
 import pytest
 
-from tests.serving.client import ServerProcess, make_run
+from tests.serving.client import ServerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.backend_neutral]
 
 EXTRA = 8
 FLAGS = [
@@ -27,42 +35,22 @@ FLAGS = [
     "--header-timeout-s", "1", "--body-timeout-s", "1",
     "--cors-origin", "https://example.org", "--max-requests-per-connection", "3",
 ]  # fmt: skip
-SHORT = ["a dog runs.", "two men play football.", "the water is cold."]
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("serve-ops") / "run")
-
-
-@pytest.fixture(scope="module")
-def server(run_dir, tmp_path_factory):
+def server(untrained_run, tmp_path_factory):
     log = tmp_path_factory.mktemp("logs") / "server.log"
-    process = ServerProcess(["--run-dir", str(run_dir), *FLAGS], log, wait_ready=False)
+    args = ["--run-dir", str(untrained_run), *FLAGS]
+    process = ServerProcess(args, log, wait_ready=False)
     yield process
     process.stop()
 
 
-def metrics(server) -> dict[tuple[str, tuple], float]:
-    """/metrics as {(sample name, sorted labels): value}, parsed by
-    prometheus_client's own parser."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    answer = server.get("/metrics")
-    assert answer.status == 200
-    samples = {}
-    for family in text_string_to_metric_families(answer.body.decode()):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
-
-
-def metric(server, name: str, **labels) -> float:
-    return metrics(server).get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-def test_not_ready_until_warm_then_as_fast_as_later(server):
-    """Runs first: the module's server is still warming up."""
+def test_not_ready_until_warm_then_ready(server):
+    """Runs first: the module's server is still warming up. (That the
+    warm-up leaves nothing to compile for requests, the first of each
+    setting as fast as later ones: tests/serving/test_server_keras.py,
+    test_the_warm_up_compiled_what_requests_run, on every backend.)"""
     early = server.get("/readyz")
     assert server.get("/healthz").status == 200  # Alive meanwhile.
     if early.status != 200:  # A fast machine may be warm already.
@@ -73,47 +61,7 @@ def test_not_ready_until_warm_then_as_fast_as_later(server):
     server.wait_ready(600)
     ready = server.get("/readyz").json()
     assert ready["ready"] is True and ready["warmup_seconds"] > 0
-    assert metric(server, "keras_transformer_ready") == 1
-    warm = metric(server, "keras_transformer_compilations_total", phase="warmup")
-    times = []
-    for beam, alpha in [(4, 0.6), (1, 0.6), (4, 1.0)] * 7:
-        start = time.perf_counter()
-        server.translate(SHORT[:2], beam_size=beam, alpha=alpha)
-        times.append(time.perf_counter() - start)
-    later = statistics.median(times[3:])
-    # The first of each setting was compiled at warm-up: no compile now.
-    assert max(times[:3]) < 5 * later + 1.0, times  # A compile takes seconds.
-    assert metric(server, "keras_transformer_compilations_total", phase="serving") == 0
-    assert (
-        metric(server, "keras_transformer_compilations_total", phase="warmup") == warm
-    )
-
-
-def test_the_first_attention_after_ready_compiles_nothing(server):
-    """The warm-up compiled /v1/attention's programs too: one per length
-    both sides pad to (8, 16, 32, 64 with --max-text-tokens 60), so the
-    first requests of each length compile nothing (the module's first
-    attention requests)."""
-    server.wait_ready(600)
-    serving = ("keras_transformer_compilations_total",)
-    assert metric(server, *serving, phase="serving") == 0
-    pairs = [
-        ("a dog runs.", "a dog."),  # 7 and 5 + 1 tokens: padded to 8.
-        ("a dog runs.", "ein hund."),  # The translation's 10 + 1: 16.
-        ("two men play football.", "a dog."),  # About 20: 32.
-        ("two men play football. " * 2, "zwei männer spielen fussball."),  # 43: 64.
-    ]
-    longest = []
-    for source, translation in pairs:
-        body = {"source": source, "translation": translation}
-        answer = server.post("/v1/attention", body)
-        assert answer.status == 200, answer.body
-        tokens = answer.json()
-        longest.append(max(len(tokens["source_tokens"]), len(tokens["target_tokens"])))
-    assert [next(n for n in (8, 16, 32, 64) if n >= t) for t in longest] == [
-        8, 16, 32, 64
-    ], longest  # fmt: skip
-    assert metric(server, *serving, phase="serving") == 0
+    assert server.metric("keras_transformer_ready") == 1
 
 
 def test_a_setting_not_allowed_is_a_422_naming_the_allowed_values(server):
@@ -138,11 +86,11 @@ def test_a_setting_not_allowed_is_a_422_naming_the_allowed_values(server):
 
 def test_metrics_count_the_requests_sent(server):
     server.wait_ready(600)
-    before = metrics(server)
+    before = server.metrics()
     for _ in range(3):
         server.translate(["a dog."])
     server.get("/nowhere")
-    after = metrics(server)
+    after = server.metrics()
 
     def grew(name, **labels):
         key = (name, tuple(sorted(labels.items())))
@@ -332,13 +280,13 @@ KEY = "k" * 32
 
 
 @pytest.fixture(scope="module")
-def patient_server(run_dir, tmp_path_factory):
+def patient_server(untrained_run, tmp_path_factory):
     """A server with a key, JSON logs, and batches that wait 3 s for a 4th
     text: a lone request's text stays queued that long."""
     folder = tmp_path_factory.mktemp("patient")
     (folder / "key").write_text(KEY + "\n")
     process = ServerProcess(
-        ["--run-dir", str(run_dir), "--beam-size", "1", "--warmup-tokens", "8",
+        ["--run-dir", str(untrained_run), "--beam-size", "1", "--warmup-tokens", "8",
          "--max-extra-length", "2", "--api-key-file", str(folder / "key"),
          "--log-format", "json", "--max-batch-size", "4", "--max-wait-ms",
          "3000", "--cors-origin", "https://example.org"],
@@ -381,20 +329,9 @@ def test_abandoned_requests_are_not_decoded(patient_server):
     assert answer.status == 200  # Alone after its 3 s wait: one batch, one text.
     after = server.request("GET", "/healthz").json()
     assert after["texts"] - before["texts"] == 1
-    samples = metrics_with(server, authorized)
+    samples = server.metrics(authorized)
     assert samples[("keras_transformer_dropped_texts_total", ())] == 3
     assert samples[("keras_transformer_disconnects_total", ())] == 3
-
-
-def metrics_with(server, headers) -> dict:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    answer = server.request("GET", "/metrics", headers=headers)
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(answer.body.decode())
-        for sample in family.samples
-    }
 
 
 def test_with_a_key_the_page_is_served_and_the_api_asks_for_the_key(

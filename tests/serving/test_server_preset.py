@@ -1,25 +1,32 @@
 """`keras-transformer serve --preset DIR`: a preset served as its run is,
 answers equal to `translate --preset`; and the flags that would name a
-second model are refused."""
+second model are refused.
+
+Backend-neutral (the torch suite only): the preset route is command-line
+plumbing (`preset_as_run` writes the preset as a run, which the Keras
+engine serves), the same Python on every backend. Saving and loading a
+preset and generating from it are checked per backend by
+tests/task/test_seq2seq_lm.py
+(test_fit_then_save_to_preset_then_from_preset_gives_the_same_outputs), the
+Keras engine served by tests/serving/test_server_keras.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from keras_transformer.cli import main
-from tests.serving.client import ServerProcess, make_run
+from tests.serving.client import ServerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.backend_neutral]
 
 EXTRA = 4
 TEXTS = ["the dog sleeps.", "", "the old man likes the garden.", "water."]
 
 
 @pytest.fixture(scope="module")
-def preset(tmp_path_factory):
+def preset(untrained_run, tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve-preset")
-    run = make_run(folder / "run")
-    argv = ["export", "--format", "preset", "--run-dir", str(run)]
+    argv = ["export", "--format", "preset", "--run-dir", str(untrained_run)]
     assert main([*argv, "--out", str(folder / "preset")]) == 0
     return folder / "preset"
 

@@ -9,6 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Neutral: Markdown editing and a script's --help, no Keras at all.
+pytestmark = pytest.mark.backend_neutral
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "serving_load.py"
 

@@ -5,7 +5,7 @@ The pytest process saves the fitted model's preset; one subprocess per other
 installed backend loads it, generates, and saves it again with its own
 backend; the pytest process then loads those presets and generates. It does
 the same work whatever the suite's backend, so scripts/test.sh runs it in
-one suite (tests/conftest.py, BACKEND_NEUTRAL).
+one suite (tests/conftest.py, backend_neutral).
 """
 
 from __future__ import annotations

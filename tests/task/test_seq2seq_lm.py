@@ -42,48 +42,53 @@ def test_fit_on_text_pairs_moves_the_weights_and_lowers_the_loss(fitted, tokeniz
     assert any(not np.allclose(a, b) for a, b in zip(before, after))
 
 
-def test_the_forms_of_text_pairs_give_the_same_training(pairs, tokenizer):
+def fit_one_epoch(tokenizer, x, y=None, **kwargs):
+    """The history of one epoch of a fresh `untrained` task on (x, y)."""
+    task = untrained(tokenizer)
+    task.compile()
+    return task.fit(x=x, y=y, epochs=1, verbose=0, **kwargs).history
+
+
+@pytest.fixture(scope="module")
+def reference_fit(pairs, tokenizer):
+    """One epoch on the first 80 pairs as `x=(sources, targets)`, with the
+    last 40 as validation data (evaluated after the epoch: the training
+    loss is the same without them): the training the other forms of text
+    pairs must equal, and the validation that text pairs give. One fit
+    serves three tests (a fit is a new train function to trace or compile
+    on TensorFlow and JAX)."""
+    source, target = pairs
+    return fit_one_epoch(
+        tokenizer,
+        (source[:80], target[:80]),
+        validation_data=(source[200:], target[200:]),
+    )
+
+
+def test_the_forms_of_text_pairs_give_the_same_training(
+    pairs, tokenizer, reference_fit
+):
     source, target = pairs
     source, target = source[:80], target[:80]
-    results = []
-    for x, y in (
-        ((source, target), None),
-        (source, target),
-        (list(zip(source, target)), None),
-    ):
-        task = untrained(tokenizer)
-        task.compile()
-        history = task.fit(x=x, y=y, epochs=1, verbose=0)
-        results.append(history.history["loss"][0])
+    results = [reference_fit["loss"][0]]
+    for x, y in ((source, target), (list(zip(source, target)), None)):
+        results.append(fit_one_epoch(tokenizer, x, y)["loss"][0])
     assert results[0] == pytest.approx(results[1]) == pytest.approx(results[2])
 
 
-def test_fit_on_a_tf_dataset_of_string_pairs(pairs, tokenizer):
+def test_fit_on_a_tf_dataset_of_string_pairs(pairs, tokenizer, reference_fit):
     tf = pytest.importorskip("tensorflow")
     source, target = pairs
     source, target = source[:80], target[:80]
-    task = untrained(tokenizer)
-    task.compile()
-    expected = task.fit(x=(source, target), epochs=1, verbose=0).history["loss"][0]
+    expected = reference_fit["loss"][0]  # x=(source, target)
     dataset = tf.data.Dataset.from_tensor_slices((source, target))
-    task = untrained(tokenizer)
-    task.compile()
-    got = task.fit(dataset, epochs=1, verbose=0).history["loss"][0]
+    got = fit_one_epoch(tokenizer, dataset)["loss"][0]
     assert got == pytest.approx(expected)
 
 
-def test_validation_data_as_text_pairs(pairs, tokenizer):
-    source, target = pairs
-    task = untrained(tokenizer)
-    task.compile()
-    history = task.fit(
-        x=(source[:60], target[:60]),
-        validation_data=(source[200:], target[200:]),
-        epochs=1,
-        verbose=0,
-    )
-    assert np.isfinite(history.history["val_loss"][0])
-    assert "val_token_accuracy" in history.history
+def test_validation_data_as_text_pairs(reference_fit):
+    assert np.isfinite(reference_fit["val_loss"][0])
+    assert "val_token_accuracy" in reference_fit
 
 
 def test_fit_refuses_a_batch_size_and_names_tokens_per_batch(pairs, tokenizer):
@@ -122,13 +127,21 @@ def test_compile_without_arguments_is_the_papers(tokenizer):
     assert isinstance(task.loss, LabelSmoothedCrossEntropy)
 
 
+@pytest.mark.backend_neutral
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_generate_equals_translate_on_the_exported_run(
     fitted, tmp_path, capsys, beam_size
 ):
     """The fitted model saved as a run (tokenizer + model.keras), exported
     with `export --format preset`, loaded back: `generate` equals
-    `translate --run-dir` and `translate --preset` line for line."""
+    `translate --run-dir` and `translate --preset` line for line.
+
+    Backend-neutral (tests/conftest.py): the three routes to one search
+    (the task, the command line on a run, on a preset) are the same code on
+    every backend, each building its own `Translator` (a compile each).
+    What they share is checked in every suite: a preset's weights and
+    `generate` through `save_to_preset`/`from_preset` (below), the search
+    in tests/decoding/test_translator.py."""
     task, _ = fitted
     run = tmp_path / "run"
     task.tokenizer.save(run / "tokenizer")
@@ -250,7 +263,11 @@ def test_generate_without_a_tokenizer_says_what_to_do(fitted):
         bare.generate(["a"])
 
 
+@pytest.mark.backend_neutral
 def test_evaluate_takes_a_preset(fitted, tmp_path, capsys):
+    """Backend-neutral (tests/conftest.py): `evaluate --preset` is command
+    line plumbing; loading a preset and generating are checked in every
+    suite (test_fit_then_save_to_preset_then_from_preset_gives_the_same_outputs)."""
     task, _ = fitted
     preset = task.save_to_preset(tmp_path / "p")
     source, reference = tmp_path / "src.en", tmp_path / "ref.de"

@@ -2,18 +2,22 @@
 tests/training/test_distribution.py in subprocesses (the device count is fixed when a
 backend starts, so they cannot run inside the pytest process).
 
+    python tests/training/distributed_checks.py mirrored OUT_DIR CORPUS_DIR
     python tests/training/distributed_checks.py parity OUT_JSON
     python tests/training/distributed_checks.py resume OUT_JSON CORPUS_DIR
-    python tests/training/distributed_checks.py worker OUT_NPZ CORPUS_DIR RUN_DIR
-    python tests/training/distributed_checks.py epoch OUT_NPZ STORE_DIR RUN_DIR
+    python tests/training/distributed_checks.py worker OUT_NPZ CORPUS_DIR RUN_DIR STEPS
 
-Each writes its measurements to OUT; the test asserts on them.
+Each writes its measurements to OUT; the test asserts on them. `mirrored`
+is `parity` then `resume` in one process (OUT_DIR/parity.json,
+OUT_DIR/resume.json): each process costs an import of the backend and a
+start of its runtime, and both checks split the CPU into 2 devices. Not on
+TensorFlow, whose second MirroredStrategy in a process reuses the first
+one's collective keys.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import os
 import signal
@@ -47,7 +51,11 @@ from keras_transformer.training.distribution import (  # noqa: E402
 )
 from tests.helpers import TRAINING_MODEL, training_options  # noqa: E402
 
-SMALL_MODEL = TRAINING_MODEL
+# The helpers' small model with one encoder and one decoder layer: the
+# checks compare two ways of computing the same updates, which depth does not
+# change, and every model traces (TensorFlow) or compiles (JAX) its train
+# step anew, at about twice the cost with two layers of each.
+SMALL_MODEL = {**TRAINING_MODEL, "num_encoder_layers": 1, "num_decoder_layers": 1}
 
 
 def _parity_batch():
@@ -140,7 +148,7 @@ def _options(run_dir, corpus_dir, splits=("train", "valid"), **changes):
     files = {
         name: (f"{corpus_dir}/{name}.en", f"{corpus_dir}/{name}.de") for name in splits
     }
-    return training_options(run_dir, files, **changes)
+    return training_options(run_dir, files, overrides=dict(SMALL_MODEL), **changes)
 
 
 class _SignalAtBatch(keras.callbacks.Callback):
@@ -166,7 +174,7 @@ def resume(out: str, corpus_dir: str) -> None:
     on TensorFlow each of the four `fit` calls would trace it again (a
     third of this check's time). The worker check validates.
     """
-    simulate_cpu_devices(2)
+    simulate_cpu_devices(2)  # Again after `parity` (`mirrored`): a no-op.
     work = Path(out).parent
     train_only = dict(splits=("train",), distribute="mirrored")
     reference = train(_options(work / "reference", corpus_dir, **train_only))
@@ -196,19 +204,18 @@ def resume(out: str, corpus_dir: str) -> None:
     )
 
 
+def mirrored(out_dir: str, corpus_dir: str) -> None:
+    """`parity`, then `resume` (parity's single-device models come first:
+    on JAX the mirrored plan sets a global distribution)."""
+    parity(str(Path(out_dir) / "parity.json"))
+    resume(str(Path(out_dir) / "resume.json"), corpus_dir)
+
+
 class _Capture(keras.callbacks.Callback):
     """The weights this process holds when training ends."""
 
     def on_train_end(self, logs=None):
         self.weights = [np.asarray(w) for w in self.model.get_weights()]
-
-
-def worker(out: str, corpus_dir: str, run_dir: str) -> None:
-    """One process of a multi-worker run (cluster from the environment)."""
-    options = _options(run_dir, corpus_dir, distribute="multiworker", max_steps=6)
-    capture = _Capture()
-    result = train(options, callbacks=[capture])
-    np.savez(out, np.asarray(result.steps), *capture.weights)
 
 
 def _record_epoch_zero(recorded: dict) -> None:
@@ -231,26 +238,22 @@ def _record_epoch_zero(recorded: dict) -> None:
     pipeline.BucketedBatches._batch = record
 
 
-def epoch(out: str, store_dir: str, run_dir: str) -> None:
-    """One process of a multi-worker run over one epoch of a prepared store
-    (cluster from the environment); saves the rows it read for each batch."""
-    from keras_transformer.data.datasets import DatasetSpec
-    from keras_transformer.data.token_store import open_store
-    from keras_transformer.training import store_batches
-
-    options = training_options(
-        run_dir,
-        {},
-        data=DatasetSpec(name=f"store:{store_dir}"),
-        distribute="multiworker",
-        eval_every=0,
+def worker(out: str, corpus_dir: str, run_dir: str, steps: str) -> None:
+    """One process of a multi-worker run (cluster from the environment) of
+    `steps` updates on the text corpus, with its validation split: the
+    chief prepares the token store, every process reads its rows of each
+    global batch. Saves the steps trained, the weights this process ends
+    with, and the rows it read for each batch of epoch 0."""
+    options = _options(
+        run_dir, corpus_dir, distribute="multiworker", max_steps=int(steps)
     )
-    two = DistributionPlan("multiworker", num_replicas=2, num_shards=2)
-    steps = len(store_batches(options, open_store(store_dir), two).train)
+    capture = _Capture()
     recorded: dict = {}
     _record_epoch_zero(recorded)
-    result = train(dataclasses.replace(options, max_steps=steps))
+    result = train(options, callbacks=[capture])
     arrays = {"steps": np.asarray(result.steps)}
+    for index, weight in enumerate(capture.weights):
+        arrays[f"final_{index}"] = weight
     for index, (inputs, labels, weights) in recorded.items():
         arrays[f"source_{index}"] = inputs["source_ids"]
         arrays[f"target_{index}"] = inputs["target_ids"]
@@ -261,5 +264,10 @@ def epoch(out: str, store_dir: str, run_dir: str) -> None:
 
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    checks = {"parity": parity, "resume": resume, "worker": worker, "epoch": epoch}
+    checks = {
+        "mirrored": mirrored,
+        "parity": parity,
+        "resume": resume,
+        "worker": worker,
+    }
     checks[command](*arguments)

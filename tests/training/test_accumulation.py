@@ -7,6 +7,8 @@ instead of per real target token of the update.
 
 from __future__ import annotations
 
+import functools
+
 import keras
 import numpy as np
 import pytest
@@ -100,9 +102,16 @@ def merge(batches):
     )
 
 
+# One encoder and one decoder layer: what is checked is the optimizer's
+# arithmetic and the loss's normalisation, which depth does not change. JAX
+# compiles a train step per batch shape and per optimizer (ten programs in
+# this module): with two layers each it cost 78 s of the JAX suite.
+ONE_LAYER = dict(num_encoder_layers=1, num_decoder_layers=1)
+
+
 def initial_model():
     keras.utils.set_random_seed(3)
-    return build_transformer(small_config(dropout_rate=0.0))
+    return build_transformer(small_config(dropout_rate=0.0, **ONE_LAYER))
 
 
 def trained_weights(batches, optimizer, accumulation, weighted=True):
@@ -132,16 +141,21 @@ def optimizers(accumulation):
     }
 
 
+@functools.cache
+def one_batch_of_all_rows(name, weighted=True):
+    """The weights after one update on `merge(make_batches())` (computed
+    once: the SGD one serves both optimizers' tests)."""
+    return trained_weights([merge(make_batches())], optimizers(1)[name], 1, weighted)
+
+
 @pytest.mark.parametrize("name", ["sgd", "transformer_adam"])
 def test_accumulated_update_equals_one_batch_of_all_rows(name):
     batches = make_batches()
     counts = [int((labels != PAD_ID).sum()) for _, labels in batches]
     assert max(counts) > 3 * min(counts)  # Unequal token counts.
     accumulated = trained_weights(batches, optimizers(3)[name], 3)
-    single = trained_weights([merge(batches)], optimizers(1)[name], 1)
-    unweighted = trained_weights(
-        [merge(batches)], optimizers(1)[name], 1, weighted=False
-    )
+    single = one_batch_of_all_rows(name)
+    unweighted = one_batch_of_all_rows(name, weighted=False)
     model = initial_model()
     paths = [w.path for w in model.trainable_weights]
     initial = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
@@ -152,7 +166,7 @@ def test_accumulated_update_equals_one_batch_of_all_rows(name):
         # softmax ignores a shift shared by all keys) it turns rounding noise
         # into steps of any size. SGD (step -g) checks those elements; Adam
         # those whose gradient is at least 1000 epsilon.
-        sgd = trained_weights([merge(batches)], optimizers(1)["sgd"], 1)
+        sgd = one_batch_of_all_rows("sgd")
         checked = [np.abs(i - s) >= 1e-6 for i, s in zip(initial, sgd)]
         assert sum(m.sum() for m in checked) > 0.9 * sum(m.size for m in checked)
     for path, mask, a, b, c in zip(
@@ -199,7 +213,7 @@ def test_evaluate_reports_per_token_loss_and_perplexity():
     of per-batch losses (Keras's own `loss`) differs from the per-token
     value."""
     keras.utils.set_random_seed(1)
-    config = small_config(dropout_rate=0.0)
+    config = small_config(dropout_rate=0.0, **ONE_LAYER)
     model = build_transformer(config)
     model.compile(
         optimizer="adam",

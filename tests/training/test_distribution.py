@@ -1,9 +1,13 @@
 """Data-parallel training on 2 simulated CPU devices and in 2 processes.
 
 The device count is fixed when a backend starts, so every check runs
-`tests/training/distributed_checks.py` in a fresh subprocess on the backend under test.
-On torch, which has no data-parallel `fit` in Keras 3.15, the flags are
-refused with the reason and what to use instead.
+`tests/training/distributed_checks.py` in a fresh subprocess on the backend under test:
+one process on 2 simulated devices for the mirrored checks (`mirrored`; two
+on TensorFlow), and
+one run of 2 worker processes for the multi-worker checks (`workers`), each
+shared by the tests that read its results. On torch, which has no
+data-parallel `fit` in Keras 3.15, the flags are refused with the reason and
+what to use instead.
 """
 
 from __future__ import annotations
@@ -58,11 +62,26 @@ def corpus_dir(tmp_path_factory):
     return directory
 
 
+@pytest.fixture(scope="module")
+def mirrored(tmp_path_factory, corpus_dir):
+    """The parity and resume checks, run by one process on 2 simulated
+    devices: {"parity": its report, "resume": its report}."""
+    out = tmp_path_factory.mktemp("mirrored")
+    if BACKEND == "tensorflow":
+        # One process each: a second MirroredStrategy in a process reuses
+        # the first one's collective instance keys, and TensorFlow aborts
+        # the all-reduce ("Shape mismatch in the collective instance").
+        finish(run_check("parity", out / "parity.json"))
+        finish(run_check("resume", out / "resume.json", corpus_dir))
+    else:
+        finish(run_check("mirrored", out, corpus_dir))
+    return {name: json.loads((out / f"{name}.json").read_text()) for name in
+            ("parity", "resume")}  # fmt: skip
+
+
 @data_parallel
-def test_one_step_on_two_devices_equals_one_device(tmp_path):
-    out = tmp_path / "parity.json"
-    finish(run_check("parity", out))
-    report = json.loads(out.read_text())
+def test_one_step_on_two_devices_equals_one_device(mirrored):
+    report = mirrored["parity"]
     assert report["replicas"] == 2
     for optimizer in ("sgd", "adam"):
         result = report[optimizer]
@@ -72,10 +91,8 @@ def test_one_step_on_two_devices_equals_one_device(tmp_path):
 
 
 @data_parallel
-def test_sigterm_resume_on_two_devices_equals_uninterrupted(tmp_path, corpus_dir):
-    out = tmp_path / "resume.json"
-    finish(run_check("resume", out, corpus_dir))
-    result = json.loads(out.read_text())
+def test_sigterm_resume_on_two_devices_equals_uninterrupted(mirrored):
+    result = mirrored["resume"]
     assert result["replicas"] == 2
     assert result["stopped_at"] is not None
     assert result["resumed_steps"] == result["reference_steps"] == 12
@@ -113,21 +130,60 @@ def cluster_environments():
     ]
 
 
-@data_parallel
-def test_two_workers_on_localhost_end_with_identical_weights(tmp_path, corpus_dir):
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory, corpus_dir):
+    """One multi-worker run of 2 processes over one epoch of the text corpus
+    (with validation), and the store its data comes from, prepared here
+    alike: {"run_dir", "store", "whole" (the global batches one process
+    with both replicas would feed), "outputs" (each worker's arrays)}."""
+    from keras_transformer.data.datasets import DatasetSpec
+    from keras_transformer.data.prepare import prepare_store
+    from keras_transformer.data.store_options import PrepareOptions
+    from keras_transformer.training import store_batches
+    from keras_transformer.training.distribution import DistributionPlan
+    from tests.helpers import training_options
+
+    tmp_path = tmp_path_factory.mktemp("workers")
+    files = {
+        name: (str(corpus_dir / f"{name}.en"), str(corpus_dir / f"{name}.de"))
+        for name in ("train", "valid")
+    }
+    prepared = PrepareOptions(
+        out=str(tmp_path / "store"),
+        data=DatasetSpec(name="files", files=files),
+        vocab_size=400,
+        max_length=32,
+        workers=1,
+    )
+    store = prepare_store(prepared, log=lambda message: None)
+    options = training_options("unused", files)
+    whole = store_batches(options, store, DistributionPlan("x", num_replicas=2)).train
     run_dir = tmp_path / "run"
     outputs = [tmp_path / f"worker-{index}.npz" for index in range(2)]
     processes = [
-        run_check("worker", out, corpus_dir, run_dir, env=env)
+        run_check("worker", out, corpus_dir, run_dir, len(whole), env=env)
         for out, env in zip(outputs, cluster_environments())
     ]
     for process in processes:
         finish(process)
-    first, second = (np.load(path) for path in outputs)
-    assert int(first["arr_0"]) == int(second["arr_0"]) == 6
-    assert len(first.files) == len(second.files) > 10
-    for name in first.files[1:]:
+    return {
+        "run_dir": run_dir,
+        "store": store,
+        "whole": whole,
+        "outputs": [dict(np.load(path)) for path in outputs],
+    }
+
+
+@data_parallel
+def test_two_workers_on_localhost_end_with_identical_weights(workers):
+    first, second = workers["outputs"]
+    steps = len(workers["whole"])
+    assert int(first["steps"]) == int(second["steps"]) == steps
+    finals = [name for name in first if name.startswith("final_")]
+    assert len(finals) > 10 and finals == [n for n in second if n.startswith("final_")]
+    for name in finals:
         np.testing.assert_array_equal(first[name], second[name])
+    run_dir = workers["run_dir"]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["identity"]["replicas"] == 2
     assert (run_dir / "model.keras").exists()  # Written by the chief alone.
@@ -181,45 +237,18 @@ def test_torch_refuses_cpu_devices_naming_the_flag():
 
 
 @data_parallel
-def test_two_workers_over_one_epoch_of_a_store_read_only_their_rows(
-    tmp_path, corpus_dir
-):
+def test_two_workers_over_one_epoch_of_a_store_read_only_their_rows(workers):
     """Every training pair is read once in the epoch, and each process reads
-    its share of each single-process global batch (and its weights)."""
+    its share of each single-process global batch (and its weights). The
+    workers train on the text: the store they read is the one the chief
+    prepared from it, the same as `store` (its fingerprint)."""
     import collections
 
-    from keras_transformer.data.datasets import DatasetSpec
-    from keras_transformer.data.prepare import prepare_store
-    from keras_transformer.data.store_options import PrepareOptions
-    from keras_transformer.training import store_batches
-    from keras_transformer.training.distribution import DistributionPlan
-    from tests.helpers import training_options
-
-    files = {
-        name: (str(corpus_dir / f"{name}.en"), str(corpus_dir / f"{name}.de"))
-        for name in ("train", "valid")
-    }
-    prepared = PrepareOptions(
-        out=str(tmp_path / "store"),
-        data=DatasetSpec(name="files", files=files),
-        vocab_size=400,
-        max_length=32,
-        workers=1,
-    )
-    store = prepare_store(prepared, log=lambda message: None)
-    outputs = [tmp_path / f"worker-{index}.npz" for index in range(2)]
-    processes = [
-        run_check("epoch", out, store.path, tmp_path / "run", env=env)
-        for out, env in zip(outputs, cluster_environments())
-    ]
-    for process in processes:
-        finish(process)
-    options = training_options("unused", files)
-    # The global batches one process with both replicas would feed.
-    whole = store_batches(options, store, DistributionPlan("x", num_replicas=2)).train
+    store, whole = workers["store"], workers["whole"]
+    manifest = json.loads((workers["run_dir"] / "manifest.json").read_text())
+    assert manifest["identity"]["data"]["fingerprint"] == store.fingerprint
     seen = collections.Counter()
-    for path, share in zip(outputs, range(2)):
-        worker = np.load(path)
+    for worker, share in zip(workers["outputs"], range(2)):
         assert int(worker["steps"]) == len(whole) > 3
         for index in range(len(whole)):
             inputs, labels, weights = whole[index]

@@ -31,6 +31,13 @@ not_on_tensorflow = pytest.mark.skipif(
     keras.backend.backend() == "tensorflow",
     reason="trained in the JAX and torch suites (CI's TensorFlow suite is its longest)",
 )
+# Marked backend_neutral (the torch suite alone): which data and which
+# config a fine-tune takes, the same code on every backend, where its one
+# update is only the means. LoRA training itself is checked on every backend
+# (lora_run: test_lora_changes_each_projection_by_a_low_rank_matrix_and_
+# nothing_else, test_the_factors_trained_and_the_merged_model_gives_the_same_
+# logits).
+fine_tune_plumbing = pytest.mark.backend_neutral
 
 RANK = 2
 
@@ -41,11 +48,12 @@ def corpus_files(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def base_run(tmp_path_factory, corpus_files):
-    """The trained run every fine-tune starts from (12 updates)."""
-    run_dir = tmp_path_factory.mktemp("base") / "run"
-    train(training_options(run_dir, corpus_files))
-    return run_dir
+def base_run(trained_run):
+    """The trained run every fine-tune starts from: the session's
+    (tests/shared_runs.py: the helpers' small model, vocabulary 400, trained
+    on the same 240 pairs), shared with other modules instead of training
+    one here. Read-only: each fine-tune writes its own run directory."""
+    return trained_run
 
 
 def fine_tune_options(run_dir, corpus_files, base, **changes):
@@ -324,6 +332,7 @@ def test_a_store_of_another_tokenizer_is_refused(tmp_path, corpus_files, base_ru
     assert len(where) == 2
 
 
+@fine_tune_plumbing
 def test_a_store_prepared_with_the_trained_tokenizer_is_taken(
     tmp_path, corpus_files, base_run
 ):
@@ -341,6 +350,7 @@ def test_a_store_prepared_with_the_trained_tokenizer_is_taken(
     assert train(options).steps == 1
 
 
+@fine_tune_plumbing
 def test_the_trained_config_comes_from_the_init_run(base_run, tmp_path, corpus_files):
     train(fine_tune_options(tmp_path / "run", corpus_files, base_run, max_steps=1,
                             lora_rank=1, overrides={"dropout_rate": 0.0}))  # fmt: skip

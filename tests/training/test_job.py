@@ -29,6 +29,23 @@ from tests.run.locking import run_directory_locked_by_child
 
 pytestmark = pytest.mark.slow
 
+# Marked backend_neutral (the torch suite alone): the run directory's
+# mechanics (overwrite, a failed or refused train, the lock, a full disk, the
+# log lines), the same code on every backend, where the few updates trained
+# are only the means. The training itself, its checkpoints and exact resume
+# are checked on every backend here: test_run_directory_contents,
+# test_sigterm_mid_epoch_then_resume_equals_uninterrupted,
+# test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint.
+run_directory_mechanics = pytest.mark.backend_neutral
+
+
+# The helpers' small model with one encoder and one decoder layer: what
+# this module checks (the run directory, exact resume, NaN, determinism, step
+# accounting, precision) does not depend on depth, and every `train` call
+# traces (TensorFlow) or compiles (JAX) its train step anew, at about twice
+# the cost with two layers of each (TensorFlow: 15.7 s of CPU against 7.5).
+MODEL = {**TRAINING_MODEL, "num_encoder_layers": 1, "num_decoder_layers": 1}
+
 
 @pytest.fixture(scope="module")
 def corpus_files(tmp_path_factory):
@@ -36,6 +53,7 @@ def corpus_files(tmp_path_factory):
 
 
 def options(run_dir, corpus_files, **changes):
+    changes.setdefault("overrides", dict(MODEL))
     return training_options(run_dir, corpus_files, **changes)
 
 
@@ -79,10 +97,33 @@ class PoisonAtBatch(keras.callbacks.Callback):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, corpus_files):
-    """An uninterrupted run of 12 updates (dropout on): the yardstick."""
+    """An uninterrupted run of 12 updates (dropout on): the yardstick. It
+    translates its dev subset every 6 updates as it trains (dev BLEU reads
+    the weights, and the runs compared with it, which do not translate,
+    show that it changes nothing)."""
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    result = train(options(run_dir, corpus_files))
+    result = train(options(run_dir, corpus_files, eval_every=6, dev_subset=12))
     return run_dir, result
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory, corpus_files):
+    """The reference's settings stopped by SIGTERM: the signal arrives after
+    batch 7 has been checked; update 8 finishes, is saved, and training
+    stops. (run directory, the TrainingInterrupted raised). Tests read it;
+    `resumed` resumes a copy."""
+    run_dir = tmp_path_factory.mktemp("interrupted") / "run"
+    with pytest.raises(TrainingInterrupted) as stop:
+        train(options(run_dir, corpus_files), callbacks=[SignalAtBatch(7)])
+    return run_dir, stop.value
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory, interrupted, corpus_files):
+    """A copy of `interrupted`, resumed to the end: (run directory, result)."""
+    run_dir = tmp_path_factory.mktemp("resumed") / "run"
+    shutil.copytree(interrupted[0], run_dir)
+    return run_dir, train(options(run_dir, corpus_files))
 
 
 def test_run_directory_contents(reference):
@@ -99,15 +140,11 @@ def test_run_directory_contents(reference):
     assert run.model_path.exists() and run.config_path.exists()
 
 
-def test_dev_bleu_during_training_logs_scores_and_training_time(tmp_path, corpus_files):
-    run_dir = tmp_path / "run"
-    train(
-        options(run_dir, corpus_files, max_steps=4, eval_every=2, dev_subset=12,
-                checkpoint_every=0)
-    )  # fmt: skip
-    lines = RunDirectory(run_dir).dev_bleu_path.read_text().splitlines()
+def test_dev_bleu_during_training_logs_scores_and_training_time(reference):
+    # The reference translates its dev subset every 6 of its 12 updates.
+    lines = RunDirectory(reference[0]).dev_bleu_path.read_text().splitlines()
     entries = [json.loads(line) for line in lines]
-    assert [e["step"] for e in entries] == [2, 4]
+    assert [e["step"] for e in entries] == [6, 12]
     assert all(0 <= e["dev_bleu"] <= 100 and e["eval_seconds"] > 0 for e in entries)
     assert 0 <= entries[0]["train_seconds"] <= entries[1]["train_seconds"]
 
@@ -127,21 +164,20 @@ def test_epochs_cross_and_updates_count_with_accumulation(tmp_path, corpus_files
 
 
 def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(
-    reference, tmp_path, corpus_files
+    reference, interrupted, resumed
 ):
     ref_dir, ref_result = reference
-    run_dir = tmp_path / "run"
-    # The signal arrives after batch 7 has been checked; update 8 finishes,
-    # is saved, and training stops.
-    with pytest.raises(TrainingInterrupted, match="SIGTERM: saved a checkpoint"):
-        train(options(run_dir, corpus_files), callbacks=[SignalAtBatch(7)])
+    run_dir, stop = interrupted
+    # The signal arrived after batch 7 had been checked; update 8 finished,
+    # was saved, and training stopped.
+    assert "SIGTERM: saved a checkpoint" in str(stop)
     run = RunDirectory(run_dir)
     saved = run.checkpoints()[-1]
     assert saved.step == 8 and saved.position.index > 0  # Mid-epoch.
     assert not run.model_path.exists()
-    result = train(options(run_dir, corpus_files))
+    resumed_dir, result = resumed
     assert result.steps == ref_result.steps == 12
-    for got, expected in zip(final_weights(run_dir), final_weights(ref_dir)):
+    for got, expected in zip(final_weights(resumed_dir), final_weights(ref_dir)):
         np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
 
 
@@ -218,6 +254,7 @@ def test_rerun_of_a_finished_run_trains_nothing(reference, corpus_files):
     assert tree_bytes(RunDirectory(run_dir).checkpoint_dir) == checkpoints
 
 
+@run_directory_mechanics
 def test_overwrite_moves_the_old_run_aside(tmp_path, corpus_files):
     run_dir = tmp_path / "run"
     train(options(run_dir, corpus_files, max_steps=2))
@@ -242,16 +279,21 @@ def test_old_unmanaged_directory_is_refused(tmp_path, corpus_files):
         train(options(run_dir, corpus_files))
 
 
+def checkpoint_weights(run_dir, step):
+    path = RunDirectory(run_dir).checkpoint_dir / f"ckpt-{step:08d}.keras"
+    return [
+        keras.ops.convert_to_numpy(w) for w in keras.saving.load_model(path).weights
+    ]
+
+
 def test_same_seed_is_bit_identical_and_another_seed_differs(
-    reference, tmp_path, corpus_files
+    reference, interrupted, tmp_path, corpus_files
 ):
-    # Step 4 of the reference run is its first checkpoint.
-    expected = keras.saving.load_model(
-        RunDirectory(reference[0]).checkpoint_dir / "ckpt-00000004.keras"
-    )
-    expected = [keras.ops.convert_to_numpy(w) for w in expected.weights]
-    train(options(tmp_path / "again", corpus_files, max_steps=4))
-    for got, want in zip(final_weights(tmp_path / "again"), expected, strict=True):
+    # Step 4 is the first checkpoint of both runs of the reference's
+    # settings: the reference and the one stopped at step 8 (`interrupted`).
+    expected = checkpoint_weights(reference[0], 4)
+    again = checkpoint_weights(interrupted[0], 4)
+    for got, want in zip(again, expected, strict=True):
         np.testing.assert_array_equal(got, want)
     train(options(tmp_path / "other", corpus_files, seed=1, max_steps=4))
     other = final_weights(tmp_path / "other")
@@ -404,17 +446,15 @@ def test_a_budget_the_training_set_just_fills_is_accepted():
 
 
 def test_history_after_a_mid_epoch_resume_equals_uninterrupted(
-    reference, tmp_path, corpus_files
+    reference, interrupted, resumed
 ):
-    # Stopped at step 9 (epoch 2, batch 2) and resumed: epoch 2's loss,
-    # perplexity and accuracy cover all its batches, as in the reference.
-    run_dir = tmp_path / "run"
-    train(options(run_dir, corpus_files, max_steps=9, checkpoint_every=0))
-    saved = RunDirectory(run_dir).checkpoints()[-1]
-    assert saved.step == 9 and saved.position.index > 0
-    train(options(run_dir, corpus_files))
+    # Stopped at step 8 (epoch 2, batch 1: `interrupted`) and resumed: epoch
+    # 2's loss, perplexity and accuracy cover all its batches, as in the
+    # reference.
+    saved = RunDirectory(interrupted[0]).checkpoints()[-1]
+    assert saved.step == 8 and saved.position.index == 1
     expected = json.loads(RunDirectory(reference[0]).history_path.read_text())
-    history = json.loads(RunDirectory(run_dir).history_path.read_text())
+    history = json.loads(RunDirectory(resumed[0]).history_path.read_text())
     assert history.keys() == expected.keys()
     assert history["step"] == expected["step"] == [7, 12]
     for key in ("loss", "perplexity", "token_accuracy", "val_loss"):
@@ -428,6 +468,7 @@ def write_blank_training_files(directory, corpus_files):
     return {**corpus_files, "train": (str(source), str(target))}
 
 
+@run_directory_mechanics
 def test_failed_train_leaves_no_run_and_the_corrected_command_trains(
     tmp_path, corpus_files
 ):
@@ -456,6 +497,7 @@ class RaiseAtBatch(keras.callbacks.Callback):
         raise RuntimeError("out of memory in the first step")
 
 
+@run_directory_mechanics
 def test_overwrite_that_fails_before_a_checkpoint_puts_the_old_run_back(
     reference, tmp_path, corpus_files
 ):
@@ -518,7 +560,7 @@ def _cli_train(run_dir, corpus_files, max_steps):
         "--checkpoint-every", "4",
         "--eval-every", "0",
         "--verbose", "0",
-        *[f"--set={key}={value}" for key, value in TRAINING_MODEL.items()],
+        *[f"--set={key}={value}" for key, value in MODEL.items()],
     ]  # fmt: skip
 
 
@@ -542,6 +584,7 @@ def _full_disk_at(monkeypatch, name):
         monkeypatch.setattr(module, "atomic_write_with", write)
 
 
+@run_directory_mechanics
 def test_full_disk_names_file_and_step_exits_74_and_resumes(
     tmp_path, corpus_files, monkeypatch, capsys
 ):
@@ -578,6 +621,7 @@ def test_full_disk_names_file_and_step_exits_74_and_resumes(
     assert not any(path.exists() for path in leftovers)
 
 
+@run_directory_mechanics
 def test_resumed_run_logs_the_steps_of_this_call_and_in_all(
     tmp_path, corpus_files, capsys
 ):
@@ -588,6 +632,7 @@ def test_resumed_run_logs_the_steps_of_this_call_and_in_all(
     assert "trained 1 step this time, 3 in all (" in capsys.readouterr().out
 
 
+@run_directory_mechanics
 def test_a_running_train_holds_the_run_directory(tmp_path, corpus_files):
     run_dir = tmp_path / "run"
     with run_directory_locked_by_child(run_dir) as child:
