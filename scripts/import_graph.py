@@ -1,6 +1,6 @@
 """The package's import graph, and its longest functions and modules.
 
-Usage: python scripts/import_graph.py [--package DIR] [--list]
+Usage: python scripts/import_graph.py [--package DIR] [--list] [--order]
 
 Prints, from the source alone (nothing is imported):
 - modules, import edges and levels (the longest chain of imports), counting
@@ -9,9 +9,12 @@ Prints, from the source alone (nothing is imported):
   decoding/, ...) and each top-level module as its own;
 - import circles, and imports of an enclosing package's own `__init__`
   (a module reaching up to its family's face), both of which should be none;
+- family loops, and imports that go up `FAMILY_ORDER` (none either:
+  tests/test_layout.py fails on one);
 - the longest functions (lines of code: no docstring, comment or blank line)
   and the longest modules.
-`--list` adds each module's level and what it imports.
+`--list` adds each module's level and what it imports; `--order` prints
+the order as docs/architecture.md shows it ("Who may import whom").
 """
 
 from __future__ import annotations
@@ -22,6 +25,27 @@ import collections
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The families (folders, with a trailing slash) and top-level modules of
+# the package from the bottom up: each may import what is on lower rows
+# only, never a row above nor a neighbour on its own row. Written once: the
+# layout test checks every import against it, and docs/architecture.md
+# shows it as `--order` prints it. A new folder or top-level module takes
+# a row here before its first import is accepted.
+FAMILY_ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("they import nothing of ours", ("utils/", "version", "config", "schedules")),
+    ("the model's parts", ("layers/", "masks", "losses", "registry")),
+    ("what counts and converts them", ("metrics", "quantization", "plots")),
+    ("trees: a format library, no Keras", ("parsing/",)),
+    ("corpora, tokenizers, the token store", ("data/",)),
+    ("runs and presets on disk", ("run/",)),
+    ("the model", ("model",)),
+    ("from a model to text", ("decoding/",)),
+    ("training; exports", ("training/", "export/")),
+    ("the Keras task; the HTTP server", ("task/", "serving/")),
+    ("the command line", ("cli/",)),
+    ("the package's face and `python -m`", ("__init__", "__main__")),
+)  # fmt: skip
 
 
 def modules(package: Path) -> dict[str, Path]:
@@ -133,6 +157,47 @@ def families(edges: dict[str, set[str]], found) -> dict[str, set[str]]:
     return grouped
 
 
+def family_name(node: str) -> str:
+    """`families`' node as FAMILY_ORDER spells it (`config`, `data/`, the
+    root package as `__init__`)."""
+    if node.endswith("/"):
+        return node
+    parts = node.split(".")
+    return "__init__" if len(parts) == 1 else parts[-1]
+
+
+def family_rows() -> dict[str, int]:
+    """Each family's row in FAMILY_ORDER, from 0 at the bottom."""
+    return {name: row for row, (_, names) in enumerate(FAMILY_ORDER) for name in names}
+
+
+def against_the_order(grouped: dict[str, set[str]]) -> list[str]:
+    """Each family import that is not down FAMILY_ORDER (up, or sideways on
+    one row), and each family the order does not place, in words."""
+    rows = family_rows()
+    found = []
+    for node, targets in sorted(grouped.items()):
+        name = family_name(node)
+        if name not in rows:
+            found.append(f"{name} has no row in FAMILY_ORDER (scripts/import_graph.py)")
+            continue
+        for target in sorted(targets):
+            other = family_name(target)
+            if other in rows and rows[other] >= rows[name]:
+                where = "up" if rows[other] > rows[name] else "sideways"
+                found.append(f"{name} imports {other} ({where} FAMILY_ORDER)")
+    return found
+
+
+def order_text() -> str:
+    """FAMILY_ORDER from the top down, as docs/architecture.md shows it."""
+    width = max(len(", ".join(names)) for _, names in FAMILY_ORDER)
+    lines = [
+        f"{', '.join(names):<{width}}  {role}" for role, names in reversed(FAMILY_ORDER)
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def code_lines(lines: list[str], node: ast.AST) -> int:
     """A function's lines without its docstring, comments and blank lines."""
     first = node.body[0]
@@ -166,7 +231,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--package", default=str(ROOT / "keras_transformer"))
     parser.add_argument("--list", action="store_true", help="each module's imports")
+    parser.add_argument("--order", action="store_true", help="print FAMILY_ORDER")
     args = parser.parse_args()
+    if args.order:
+        print(order_text(), end="")
+        return
     found = modules(Path(args.package).resolve())
     edges = import_edges(found)
     level = levels(edges, found)
@@ -181,6 +250,8 @@ def main() -> None:
         f"{sum(map(len, grouped.values()))}, levels {max(grouped_level.values())}"
     )
     print(f"import circles: {circles(edges) or 'none'}")
+    print(f"family loops: {circles(grouped) or 'none'}")
+    print(f"imports against FAMILY_ORDER: {against_the_order(grouped) or 'none'}")
     print(f"imports of an enclosing package: {upward_imports(edges, found) or 'none'}")
     print("longest functions (lines of code):")
     for count, where in function_lengths(found)[:8]:

@@ -1,6 +1,7 @@
-"""The package's shape: no import circle, no module reaching up to its own
-family's face, a role line at the top of every module, and a command line
-whose `--help` starts neither Keras nor a backend."""
+"""The package's shape: no import circle, every import down the family
+order, no module reaching up to its own family's face, a role line at the
+top of every module, and a command line whose `--help` starts neither Keras
+nor a backend."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ _spec.loader.exec_module(import_graph)
 
 MODULES = import_graph.modules(PACKAGE)
 EDGES = import_graph.import_edges(MODULES)
+FAMILIES = import_graph.families(EDGES, MODULES)
 
 
 def test_the_graph_sees_the_imports_it_should():
@@ -44,6 +46,38 @@ def test_the_graph_sees_the_imports_it_should():
 
 def test_no_import_circle():
     assert import_graph.circles(EDGES) == []
+
+
+def test_no_family_loop():
+    assert import_graph.circles(FAMILIES) == []
+
+
+def test_every_import_goes_down_the_family_order():
+    # Function-level imports included: a lazy import up the order is a
+    # loop all the same, only later.
+    assert import_graph.against_the_order(FAMILIES) == []
+
+
+def test_the_order_check_names_an_import_up_or_sideways_and_an_unplaced_family():
+    planted = {  # `families`' nodes: folders, then top-level modules.
+        "decoding/": {"keras_transformer.model", "run/"},  # Down: allowed.
+        "keras_transformer.config": {"decoding/"},
+        "training/": {"export/", "utils/"},
+        "keras_transformer.newcomer": {"utils/"},
+    }
+    assert import_graph.against_the_order(planted) == [
+        "config imports decoding/ (up FAMILY_ORDER)",
+        "newcomer has no row in FAMILY_ORDER (scripts/import_graph.py)",
+        "training/ imports export/ (sideways FAMILY_ORDER)",
+    ]
+
+
+def test_the_architecture_page_shows_the_family_order():
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert f"```text\n{import_graph.order_text()}```" in page, (
+        "docs/architecture.md, 'Who may import whom': paste "
+        "`python scripts/import_graph.py --order`"
+    )
 
 
 def test_no_module_imports_its_own_family_face():

@@ -173,8 +173,7 @@ def _run(args: argparse.Namespace):
 
 def _search_settings(args: argparse.Namespace, task: str = "translation"):
     """The search flags' values; a flag left at None takes `task`'s default."""
-    from keras_transformer.decoding.settings import SearchSettings
-    from keras_transformer.parsing.settings import task_search
+    from keras_transformer.decoding.settings import SearchSettings, task_search
 
     names = (field.name for field in dataclasses.fields(SearchSettings))
     given = {name: getattr(args, name) for name in names}
@@ -450,7 +449,7 @@ def _evaluate_parsing(args: argparse.Namespace) -> int:
     """Labeled bracketing F1 of --hyp trees, or of the run's parses of the
     gold trees' words, against the treebank --ref."""
     from keras_transformer.data.treebank import read_treebank
-    from keras_transformer.parsing import evaluation
+    from keras_transformer.decoding import parse_evaluation as evaluation
 
     for flag in ("src", "paper_bleu", "preset"):
         if getattr(args, flag):
@@ -481,7 +480,7 @@ def _evaluate_parsing(args: argparse.Namespace) -> int:
 
 
 def _parse(args: argparse.Namespace) -> int:
-    from keras_transformer.parsing import evaluation
+    from keras_transformer.decoding import parse_evaluation as evaluation
 
     lines = _read_lines(args.input, args) if args.input else _read_stdin(args)
     parses = evaluation.parse_sentences(

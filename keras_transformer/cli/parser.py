@@ -251,8 +251,7 @@ def _add_decoding_arguments(
 ) -> None:
     """The model's source and the search flags with `task`'s defaults; with
     task None, the defaults are the --task flag's, filled in at run time."""
-    from keras_transformer.decoding.settings import SearchSettings
-    from keras_transformer.parsing.settings import task_search
+    from keras_transformer.decoding.settings import SearchSettings, task_search
 
     if preset:  # --run-dir or --preset: checked when the command runs.
         parser.add_argument("--run-dir", help="the trained run directory")

@@ -11,6 +11,8 @@
 - `evaluation`: sacreBLEU and chrF, and the paper's tokenized BLEU.
 - `batching`: which texts a search gets, in what order (NumPy only: the
   ONNX export's translator shares it).
+- `numpy_search`: the same greedy and beam search in NumPy, for what runs
+  without Keras (the ONNX export's translator, the constrained search).
 
 Importing this package loads nothing heavy; each public name below loads its
 module on first use.

@@ -6,7 +6,7 @@ Allocation", as in Sockeye): each sentence may name phrases (token ids) that
 must appear contiguously in its output, in any order, and a prefix its
 output must start with.
 
-The search runs on the host in NumPy (`export.numpy_search`'s helpers, the
+The search runs on the host in NumPy (`decoding.numpy_search`'s helpers, the
 same float32 arithmetic as `decoding.search`) over a step callable
 
     step(tokens (N, 1) int32, step: int, state) -> (logits (N, V), state)
@@ -77,8 +77,7 @@ from keras import ops, tree
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.text_files import DataError, read_text_lines
 from keras_transformer.decoding.compile import compile_function
-from keras_transformer.decoding.settings import SearchSettings, search_settings
-from keras_transformer.export.numpy_search import (
+from keras_transformer.decoding.numpy_search import (
     ALWAYS_SUPPRESSED,
     NEG_INF,
     length_penalty,
@@ -87,6 +86,7 @@ from keras_transformer.export.numpy_search import (
     suppress,
     top_k,
 )
+from keras_transformer.decoding.settings import SearchSettings, search_settings
 
 StepFn = Callable[[np.ndarray, int, Any], tuple[np.ndarray, Any]]
 ReorderFn = Callable[[Any, np.ndarray], Any]

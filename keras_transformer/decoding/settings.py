@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from keras_transformer.parsing.settings import TASKS
 from keras_transformer.utils.setting_fields import check_setting, flag_name, setting
 
 # PAD and BOS are never generated; UNK unless allow_unk (see `decoding`).
@@ -105,3 +106,17 @@ def search_settings(
             f"settings must be a SearchSettings. Received: {type(settings).__name__}"
         )
     return settings.replace(**changes) if changes else settings
+
+
+PARSING_SEARCH = SearchSettings(beam_size=21, alpha=0.3, max_extra_length=300)
+"""§6.3: "we increased the maximum output length to input length + 300. We
+used a beam size of 21 and alpha = 0.3 for both WSJ only and the
+semi-supervised setting." The defaults of `parse` and of
+`evaluate --task parsing`, and the final test decode of a parsing run."""
+
+
+def task_search(task: str) -> SearchSettings:
+    """The search defaults of `task` (one of `parsing.settings.TASKS`)."""
+    if task not in TASKS:
+        raise ValueError(f"Unknown task {task!r}. Expected one of {TASKS}.")
+    return PARSING_SEARCH if task == "parsing" else SearchSettings()

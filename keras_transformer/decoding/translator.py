@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Sequence
 
 import numpy as np
 from keras import ops
 
-from keras_transformer.config import PAD_ID
 from keras_transformer.decoding import scoring
-from keras_transformer.decoding.batching import length_order, unsearched
+from keras_transformer.decoding.batching import (
+    best_ids,
+    detokenize,
+    length_order,
+    nbest_lists,
+    pad_batch,
+    real_hypotheses,
+    strip_pad,
+    unsearched,
+)
 from keras_transformer.decoding.generator import SequenceGenerator, smaller_batch_size
 from keras_transformer.decoding.sampling import SamplingSettings, uniform_numbers
-from keras_transformer.decoding.search import NEG_INF
 from keras_transformer.decoding.settings import SearchSettings, search_settings
-
-
-def real_hypotheses(hypotheses: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    """The best, then the others that are real: a search that finished
-    fewer than k hypotheses fills the rest of its pool with about NEG_INF."""
-    return hypotheses[:1] + [h for h in hypotheses[1:] if h[1] > NEG_INF / 2]
 
 
 class Translator:
@@ -164,7 +164,7 @@ class Translator:
 
     def translate_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Best output ids per text (up to and including EOS)."""
-        return [_strip_pad(ids[0]) for ids, _ in self.search(texts)]
+        return best_ids(self.search(texts))
 
     def translate(self, texts: Sequence[str]) -> list[str]:
         """One translation per input, in input order; "" for a blank input."""
@@ -178,15 +178,7 @@ class Translator:
         (length-normalised log-probability in beam search, total
         log-probability in greedy search). A blank text gets [("", 0.0)];
         a sentence that finished fewer than k hypotheses lists only those."""
-        results = self.search(texts, abandoned)
-        flat = [_strip_pad(row) for ids, _ in results for row in ids]
-        strings = iter(self._detokenize(flat))
-        nbest = []
-        for ids, scores in results:
-            hypotheses = [(next(strings), float(score)) for score in scores]
-            blank = not ids.shape[1]
-            nbest.append(hypotheses[:1] if blank else real_hypotheses(hypotheses))
-        return nbest
+        return nbest_lists(self.search(texts, abandoned), self._detokenize)
 
     def generate(
         self,
@@ -338,7 +330,7 @@ class Translator:
     def _hypotheses(self, ids: np.ndarray, scores: np.ndarray):
         if not ids.shape[1]:
             return [("", 0.0)]
-        texts = self._detokenize([_strip_pad(row) for row in ids])
+        texts = self._detokenize([strip_pad(row) for row in ids])
         return real_hypotheses([(t, float(s)) for t, s in zip(texts, scores)])
 
     def _details(self, sources, results, wanted, layer) -> dict:
@@ -348,7 +340,7 @@ class Translator:
         pieces = self.tokenizer.id_to_piece
         for start in range(0, len(wanted), self.batch_size):
             chunk = wanted[start : start + self.batch_size]
-            outputs = [_strip_pad(results[i][0][rank]).tolist() for i, rank in chunk]
+            outputs = [strip_pad(results[i][0][rank]).tolist() for i, rank in chunk]
             source_rows = [sources[i] for i, _ in chunk]
             forced = self.scorer(source_rows, outputs, layer)
             strings = self._detokenize([np.asarray(o, np.int32) for o in outputs])
@@ -370,12 +362,7 @@ class Translator:
 
     def _detokenize(self, outputs: list[np.ndarray]) -> list[str]:
         """Output ids -> strings; "" for an empty output."""
-        width = max((len(o) for o in outputs), default=0)
-        padded = np.zeros((len(outputs), max(width, 1)), np.int32)
-        for row, ids in enumerate(outputs):
-            padded[row, : len(ids)] = ids
-        texts = self.tokenizer.detokenize(padded) if len(outputs) else []
-        return [text if len(ids) else "" for text, ids in zip(texts, outputs)]
+        return detokenize(self.tokenizer, outputs)
 
     def attention_weights(self, source: str, target: str | None = None):
         """Attention weights of every layer and head, for plots.
@@ -430,21 +417,3 @@ def _joined(parts: list) -> tuple[np.ndarray, np.ndarray]:
     for row, (part, _) in enumerate(parts):
         ids[row, : part.shape[1]] = part[0]
     return ids, np.concatenate([scores for _, scores in parts])
-
-
-def _strip_pad(ids: np.ndarray) -> np.ndarray:
-    return ids[ids != PAD_ID]
-
-
-def pad_batch(sequences: Sequence[Sequence[int]], length: int | None = None):
-    """Right-pad ragged ids to (B, length) int32 (length: the longest, rounded
-    up to a multiple of 8 to limit the number of compiled shapes)."""
-    longest = max((len(s) for s in sequences), default=0)
-    if length is None:
-        length = max(8, int(math.ceil(longest / 8)) * 8)
-    if longest > length:
-        raise ValueError(f"A sequence of {longest} tokens exceeds length={length}.")
-    batch = np.full((len(sequences), length), PAD_ID, np.int32)
-    for row, ids in enumerate(sequences):
-        batch[row, : len(ids)] = ids
-    return batch

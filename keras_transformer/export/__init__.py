@@ -8,7 +8,7 @@
 - `onnx`: an ONNX directory, the encoder and a cached decoder step
   (`export_onnx`); `onnx_graphs` builds its graphs under torch.
   `onnx_translator` translates with it (`OnnxTranslator`) without Keras,
-  searching with `numpy_search`.
+  searching with `decoding.numpy_search`.
 - `common`: what the targets share: opening the run, the output
   directory, the record each export writes beside its files, the child
   process an export runs in under another backend.

@@ -32,7 +32,6 @@ Keras, which imports it: the process that translates without Keras at all is
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,10 +39,18 @@ from typing import Any
 
 import numpy as np
 
-from keras_transformer.config import PAD_ID, UNK_ID
-from keras_transformer.decoding.batching import length_order, unsearched
+from keras_transformer.config import UNK_ID
+from keras_transformer.decoding import numpy_search
+from keras_transformer.decoding.batching import (
+    Hypotheses,
+    best_ids,
+    detokenize,
+    length_order,
+    nbest_lists,
+    pad_batch,
+    unsearched,
+)
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.export import numpy_search
 from keras_transformer.version import __version__
 
 FORMAT = "onnx"
@@ -54,8 +61,6 @@ EXPORT_INFO = "export.json"
 ENCODER = "encoder.onnx"
 DECODER_STEP = "decoder_step.onnx"
 TOKENIZER = "tokenizer"
-
-Hypotheses = list[tuple[str, float]]
 
 
 def encoder_outputs(layers: int) -> list[str]:
@@ -194,9 +199,7 @@ class OnnxTranslator:
     ) -> list[str]:
         """One translation per text, in order; "" for a blank text.
         `settings` defaults to the export's."""
-        return self._detokenize(
-            [_strip_pad(ids[0]) for ids, _ in self.search(texts, settings)]
-        )
+        return self._detokenize(best_ids(self.search(texts, settings)))
 
     __call__ = translate
 
@@ -207,16 +210,7 @@ class OnnxTranslator:
         score) pairs, as `Translator.nbest` gives them: the score is the
         length-normalised log-probability (beam) or the total one (greedy);
         a blank text gets [("", 0.0)]."""
-        results = self.search(texts, settings)
-        strings = iter(
-            self._detokenize([_strip_pad(r) for ids, _ in results for r in ids])
-        )
-        found = []
-        for ids, scores in results:
-            hypotheses = [(next(strings), float(score)) for score in scores]
-            blank = not ids.shape[1]
-            found.append(hypotheses[:1] if blank else real_hypotheses(hypotheses))
-        return found
+        return nbest_lists(self.search(texts, settings), self._detokenize)
 
     def search(
         self, texts: Sequence[str], settings: SearchSettings | None = None
@@ -288,12 +282,7 @@ class OnnxTranslator:
 
     def _detokenize(self, outputs: list[np.ndarray]) -> list[str]:
         """Output ids -> strings; "" for an empty output."""
-        width = max((len(o) for o in outputs), default=0)
-        padded = np.zeros((len(outputs), max(width, 1)), np.int32)
-        for row, ids in enumerate(outputs):
-            padded[row, : len(ids)] = ids
-        texts = self.tokenizer.detokenize(padded) if outputs else []
-        return [text if len(ids) else "" for text, ids in zip(texts, outputs)]
+        return detokenize(self.tokenizer, outputs)
 
 
 def _session(onnxruntime, path: Path, threads: int | None, inputs: list[str]):
@@ -329,25 +318,3 @@ def _check_outputs(session, path: Path, outputs: list[str]) -> None:
             f"{path}: outputs {found}, but format_version {FORMAT_VERSION} has "
             f"{outputs}. {_AGAIN}"
         )
-
-
-def real_hypotheses(hypotheses: Hypotheses) -> Hypotheses:
-    """The best, then the others that are real (`Translator`'s rule: a
-    search that finished fewer than k fills its pool with about NEG_INF)."""
-    real = [h for h in hypotheses[1:] if h[1] > numpy_search.NEG_INF / 2]
-    return hypotheses[:1] + real
-
-
-def _strip_pad(ids: np.ndarray) -> np.ndarray:
-    return ids[ids != PAD_ID]
-
-
-def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
-    """Right-pad ragged ids to (B, S) int32, S the longest rounded up to a
-    multiple of 8 (`Translator`'s padding, so the same numbers are summed)."""
-    longest = max((len(s) for s in sequences), default=0)
-    length = max(8, int(math.ceil(longest / 8)) * 8)
-    batch = np.full((len(sequences), length), PAD_ID, np.int32)
-    for row, ids in enumerate(sequences):
-        batch[row, : len(ids)] = ids
-    return batch

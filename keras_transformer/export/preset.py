@@ -1,7 +1,10 @@
-"""Runs and presets, each written as the other (preset layout: `task.preset_files`).
+"""Runs and presets, each written as the other (preset layout: `run.preset_files`).
 
 A trained run as a preset directory in keras-hub's layout, and a preset as
-a run directory for what reads runs (`serve`'s engines).
+a run directory for what reads runs (`serve`'s engines). Neither builds the
+task (`TransformerSeq2SeqLM`): both are files of a model, its tokenizer and
+settings, written through `run.preset_files` as the task's
+`save_to_preset` writes them and `from_preset` reads them.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from typing import Any
 
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.export.common import open_run
-from keras_transformer.task.preprocessor import TransformerPreprocessor
-from keras_transformer.task.seq2seq_lm import TransformerSeq2SeqLM
+from keras_transformer.run import preset_files
+
+# The task's preprocessor settings a run's manifest records (train's options).
+_PREPROCESSOR_FIELDS = ("max_length", "tokens_per_batch", "seed")
 
 
 def export_preset(
@@ -31,16 +36,17 @@ def export_preset(
     options = manifest.get("options", {})
     batching = {
         name: options[name]
-        for name in ("max_length", "tokens_per_batch", "seed")
-        if isinstance(options.get(name), int)
+        for name in _PREPROCESSOR_FIELDS
+        if isinstance(options.get(name), int) and not isinstance(options[name], bool)
     }
-    task = TransformerSeq2SeqLM(
+    return preset_files.write_preset(
+        out,
         run.model,
-        TransformerPreprocessor(run.tokenizer, **batching),
-        settings,
+        run.tokenizer,
+        batching,
+        settings.to_dict(),
         training_data=training_data(manifest),
     )
-    return task.save_to_preset(out)
 
 
 def training_data(manifest: dict[str, Any]) -> str | None:
@@ -68,8 +74,12 @@ def preset_as_run(preset: str | os.PathLike, directory: str | os.PathLike) -> Pa
     """Write the preset's model and tokenizer as a run directory in
     `directory` (`model.keras` and `tokenizer/`), for what reads runs: the
     same weights, so the same translations."""
-    task = TransformerSeq2SeqLM.from_preset(preset)
+    from keras_transformer.model import build_transformer
+
+    contents = preset_files.read_preset(preset)
+    model = build_transformer(contents.config)
+    preset_files.load_weights(model, contents)
     run = Path(directory)
-    task.tokenizer.save(run / "tokenizer")
-    task.backbone.save(run / "model.keras")
+    contents.tokenizer.save(run / "tokenizer")
+    model.save(run / "model.keras")
     return run

@@ -1,9 +1,11 @@
-"""A training run on disk: its directory, its checkpoints, their average.
+"""A training run on disk: its directory, its checkpoints, their average; presets.
 
 - `directory`: `RunDirectory`, the one owner of a run's files (manifest,
   config, tokenizer, checkpoints, final model, history, scores) and its lock.
 - `checkpoints`: step checkpoints a run resumes from exactly.
 - `averaging`: the mean of several checkpoints' weights (§6.1).
+- `preset_files`: a preset directory in keras-hub's layout (a trained
+  model, its tokenizer and search settings), read checked and written whole.
 
 Importing this package loads nothing heavy; each public name below loads its
 module on first use.

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from keras_transformer.decoding import scoring
+from keras_transformer.decoding.batching import real_hypotheses
 from keras_transformer.decoding.compile import compile_function
 from keras_transformer.decoding.scoring import (
     ForcedScorer,
@@ -45,7 +46,6 @@ from keras_transformer.decoding.scoring import (
     padded_lengths,
 )
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.decoding.translator import real_hypotheses
 from keras_transformer.run.directory import InferenceRun, RunDirectory
 from keras_transformer.serving.options import AllowedSettings
 from keras_transformer.serving.protocol import Decoding, RequestError
@@ -403,7 +403,7 @@ class KerasEngine(Engine):
         handful of programs, all compiled at warm-up, where a program per
         pair of lengths in steps of 8 would be a thousand. The masks give
         padding no weight, and it is cut off again."""
-        from keras_transformer.decoding.translator import pad_batch
+        from keras_transformer.decoding.batching import pad_batch
 
         tokenizer = self.tokenizer
         source_ids, target_ids = tokenizer.encode([source, translation])

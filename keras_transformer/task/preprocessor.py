@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_transformer.data.pipeline import DEFAULT_BUCKETS, encode_pairs
 from keras_transformer.data.text_files import ParallelCorpus
-from keras_transformer.task.preset_files import read_tokenizer
+from keras_transformer.run.preset_files import read_tokenizer
 from keras_transformer.training.batches import TrainingData, token_budget_batches
 from keras_transformer.training.options import TrainOptions
 from keras_transformer.utils.console import log

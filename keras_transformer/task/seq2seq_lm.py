@@ -3,7 +3,7 @@
 The task role of keras-hub's Seq2SeqLM over this package's parts: the
 backbone is the `Transformer`, the preprocessor `TransformerPreprocessor`
 (the token-budget batches of `train`), `generate` the verified search of
-`Translator`, and a preset directory keras-hub's layout (`preset_files`).
+`Translator`, and a preset directory keras-hub's layout (`run.preset_files`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.metrics import with_token_loss
 from keras_transformer.model import build_transformer
-from keras_transformer.task import preset_files
+from keras_transformer.run import preset_files
 from keras_transformer.task.preprocessor import TransformerPreprocessor
 from keras_transformer.training.model_setup import paper_compile_arguments
 from keras_transformer.training.options import TrainOptions
@@ -132,13 +132,13 @@ class TransformerSeq2SeqLM(keras.Model):
         config = contents.config.replace(**model_changes) if model_changes else None
         backbone = build_transformer(config or contents.config)
         if load_weights:
-            _load_weights(backbone, contents.weights_path)
+            preset_files.load_weights(backbone, contents)
         return cls(
             backbone,
             TransformerPreprocessor(
                 contents.tokenizer, **{**contents.preprocessor, **preprocessing}
             ),
-            contents.search.replace(**search),
+            _preset_search(contents).replace(**search),
             training_data=contents.metadata.get("training_data"),
         )
 
@@ -168,7 +168,7 @@ class TransformerSeq2SeqLM(keras.Model):
             self.backbone,
             self.tokenizer,
             self.preprocessor.get_config(),
-            self.search_settings,
+            self.search_settings.to_dict(),
             training_data=self.training_data,
             overwrite=overwrite,
         )
@@ -416,11 +416,10 @@ def _is_string_dataset(x: Any) -> bool:
     )
 
 
-def _load_weights(backbone: keras.Model, path: Path) -> None:
+def _preset_search(contents: preset_files.PresetContents) -> SearchSettings:
+    """The preset's search settings; bad ones are an error naming its file."""
     try:
-        backbone.load_weights(path)
-    except (OSError, ValueError) as error:
-        raise ValueError(
-            f"{path}: the weights do not load into the model of "
-            f"{path.parent / preset_files.CONFIG_FILE} ({error})."
-        ) from None
+        return SearchSettings.from_dict(contents.search)
+    except (TypeError, ValueError) as error:
+        path = contents.path / preset_files.TASK_FILE
+        raise ValueError(f"{path}: bad search settings ({error}).") from None

@@ -36,9 +36,9 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.data.text_files import sha256_file
 from keras_transformer.model import build_transformer
 from keras_transformer.parsing.settings import task_tokenizer
+from keras_transformer.run import preset_files
 from keras_transformer.run.checkpoints import lora_layers
 from keras_transformer.run.directory import RunDirectory, check_vocabulary
-from keras_transformer.task import preset_files
 from keras_transformer.training.options import TrainOptions, lora_target_names
 
 _RUN_HOLDS = (

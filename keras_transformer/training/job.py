@@ -24,9 +24,8 @@ import numpy as np
 from keras_transformer.data.pipeline import DataPosition
 from keras_transformer.data.store_options import with_store_settings
 from keras_transformer.decoding.evaluation import BleuResult, evaluate_split
-from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.decoding.settings import SearchSettings, task_search
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.parsing.settings import task_search
 from keras_transformer.run import checkpoints
 from keras_transformer.run.checkpoints import RunWriteError
 from keras_transformer.run.directory import RunConflict, RunDirectory, check_vocabulary
@@ -72,7 +71,7 @@ from keras_transformer.utils import optional_imports
 from keras_transformer.utils.console import log
 
 if TYPE_CHECKING:
-    from keras_transformer.parsing.evaluation import ParsingResult
+    from keras_transformer.decoding.parse_evaluation import ParsingResult
 
 
 @dataclasses.dataclass
@@ -427,7 +426,7 @@ class _Job:
         """Parsing: the dev subset's labeled F1 beside its (linearized) BLEU."""
         if self.options.task != "parsing":
             return None
-        from keras_transformer.parsing.evaluation import linearized_f1
+        from keras_transformer.decoding.parse_evaluation import linearized_f1
 
         with_words = self.options.data.with_words
         return functools.partial(linearized_f1, sources, targets, with_words=with_words)
@@ -595,7 +594,7 @@ def _test_score(job: _Job) -> BleuResult | ParsingResult | None:
         model, job.tokenizer, settings, batch_size=options.test_batch_size
     )
     if options.task == "parsing":
-        from keras_transformer.parsing.evaluation import evaluate_parser_split
+        from keras_transformer.decoding.parse_evaluation import evaluate_parser_split
 
         test = evaluate_parser_split(
             translator,

@@ -20,11 +20,10 @@ from keras_transformer.data.store_options import (
     tokenizer_setting,
     vocab_size_setting,
 )
-from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.decoding.settings import SearchSettings, task_search
 from keras_transformer.parsing.settings import (
     PARSING_TOKENIZER,
     TASKS,
-    task_search,
     task_tokenizer,
 )
 from keras_transformer.utils.setting_fields import check_setting, setting

@@ -11,6 +11,8 @@ from keras_transformer import build_transformer
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.text_files import DataError
 from keras_transformer.data.tokenizer import WordTokenizer
+from keras_transformer.decoding import numpy_search
+from keras_transformer.decoding.batching import pad_batch
 from keras_transformer.decoding.compile import compilations
 from keras_transformer.decoding.constraints import (
     ConstrainedGenerator,
@@ -24,8 +26,6 @@ from keras_transformer.decoding.constraints import (
 )
 from keras_transformer.decoding.generator import SequenceGenerator
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.decoding.translator import pad_batch
-from keras_transformer.export import numpy_search
 from tests.helpers import make_corpus, predict_logits, small_config
 
 

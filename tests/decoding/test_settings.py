@@ -8,7 +8,12 @@ import math
 import pytest
 
 from keras_transformer.cli import build_parser
-from keras_transformer.decoding.settings import SearchSettings, search_settings
+from keras_transformer.decoding.settings import (
+    SearchSettings,
+    search_settings,
+    task_search,
+)
+from keras_transformer.parsing.settings import TASKS
 
 pytestmark = pytest.mark.backend_neutral
 
@@ -75,3 +80,26 @@ def test_every_decoding_command_has_every_setting_with_its_default(command):
         argv[command] + ["--beam-size", "2", "--alpha", "0.3", "--early-stopping"]
     )
     assert (flags.beam_size, flags.alpha, flags.early_stopping) == (2, 0.3, True)
+
+
+# --- each task's search ---------------------------------------------------------
+
+
+def test_parsing_searches_as_the_paper_beam_21_alpha_0_3_up_to_input_plus_300():
+    settings = task_search("parsing")
+    assert settings.beam_size == 21
+    assert settings.alpha == pytest.approx(0.3)
+    assert settings.max_extra_length == 300
+    assert not settings.allow_unk and not settings.early_stopping
+
+
+def test_translation_searches_with_the_default_settings():
+    assert task_search("translation") == SearchSettings()
+
+
+def test_an_unknown_task_is_refused_listing_the_tasks():
+    with pytest.raises(ValueError) as info:
+        task_search("tagging")
+    message = str(info.value)
+    assert "'tagging'" in message
+    assert all(task in message for task in TASKS)

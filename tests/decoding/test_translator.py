@@ -11,7 +11,8 @@ import pytest
 
 from keras_transformer.config import PAD_ID
 from keras_transformer.data.tokenizer import train_tokenizer
-from keras_transformer.decoding.translator import Translator, pad_batch
+from keras_transformer.decoding.batching import pad_batch
+from keras_transformer.decoding.translator import Translator
 from tests.helpers import make_corpus, no_eos_model
 
 MAX_EXTRA = 3

@@ -1,5 +1,7 @@
-"""Preset directories: keras-hub's layout, written whole or not at all, and
-every bad preset refused with the file named."""
+"""Preset directories (`run.preset_files`) as the task writes and reads
+them: keras-hub's layout, written whole or not at all, and every bad preset
+refused with the file named (here beside the task's other tests: they share
+its fitted model)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 
 from keras_transformer import TransformerSeq2SeqLM
 from keras_transformer.data.tokenizer import train_tokenizer
-from keras_transformer.task import preset_files
+from keras_transformer.run import preset_files
 from keras_transformer.version import __version__
 from tests.helpers import make_corpus
 

@@ -1,13 +1,9 @@
-"""NumPy search (the ONNX translator's): the same hypotheses and scores as
-`decoding.search` on the same step function, whatever the settings.
+"""NumPy search (the ONNX translator's and the constrained search's): the
+same hypotheses and scores as `decoding.search` on the same step function,
+whatever the settings.
 
-Backend-neutral (the torch suite only): the subject is NumPy code, which
-runs the same whatever the suite's backend (the ONNX export is torch's, its
-search NumPy's); the backend only runs the reference, `decoding.search`,
-whose greedy and beam search (length penalty, early stopping, suppressed
-ids) every suite checks itself (tests/decoding/test_search.py,
-test_generator.py) and whose translations agree across backends
-(tests/test_backend_parity.py).
+On every backend: each side is the other's oracle, and `decoding.search`
+runs in the suite's backend (a few seconds a suite).
 """
 
 from __future__ import annotations
@@ -17,10 +13,7 @@ import pytest
 from keras import ops
 
 from keras_transformer.config import EOS_ID, UNK_ID
-from keras_transformer.decoding import search
-from keras_transformer.export import numpy_search
-
-pytestmark = pytest.mark.backend_neutral
+from keras_transformer.decoding import numpy_search, search
 
 VOCAB, SENTENCES = 12, 5
 LIMITS = np.array([3, 7, 1, 5, 9], np.int32)  # One ends at once.

@@ -1,6 +1,6 @@
 """Greedy and beam search in NumPy, step for step as `decoding.search` searches.
 
-The ONNX translator (`onnx_translator`) searches with these functions, so
+The ONNX translator (`export.onnx_translator`) searches with these functions, so
 that an export translates without Keras: `decoding.search` is written in
 `keras.ops` and importing it starts Keras and its backend. The rules are the
 same, in the same float32 arithmetic, and so are the outputs:

@@ -1,4 +1,4 @@
-"""`parsing.evaluation`: sentences to trees through any search, the trees as
+"""`decoding.parse_evaluation`: sentences to trees through any search, the trees as
 text, the repairs counted, and labeled bracketing F1 against gold trees."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import types
 import pytest
 
 from keras_transformer.data.text_files import DataError
-from keras_transformer.parsing.evalb import score_corpus
-from keras_transformer.parsing.evaluation import (
+from keras_transformer.decoding.parse_evaluation import (
     ParsingResult,
     evaluate_parser_split,
     evaluate_parses,
@@ -20,6 +19,7 @@ from keras_transformer.parsing.evaluation import (
     repaired,
     trees_text,
 )
+from keras_transformer.parsing.evalb import score_corpus
 from keras_transformer.parsing.linearize import (
     Delinearized,
     delinearize,

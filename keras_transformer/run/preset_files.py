@@ -7,6 +7,11 @@ preprocessor.json    `TransformerPreprocessor` settings
 task.json            `TransformerSeq2SeqLM`: backbone, preprocessor, search settings
 metadata.json        format, versions, parameter count, date, paper
                      configuration, training data
+
+An on-disk artifact like a run directory, read and written here for the
+task (`TransformerSeq2SeqLM.from_preset`, `save_to_preset`), the exporter
+and fine-tuning alike. The search settings are plain data here (the
+`SearchSettings.to_dict()` form): what reads them makes the settings.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ import keras
 
 from keras_transformer.config import PRESETS, TransformerConfig
 from keras_transformer.data.tokenizer import load_tokenizer
-from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.utils.atomic_files import backup_path
 from keras_transformer.version import __version__
 
@@ -56,7 +60,8 @@ class PresetContents:
     config: TransformerConfig
     tokenizer: Any
     preprocessor: dict[str, Any]
-    search: SearchSettings
+    search: dict[str, Any]
+    """The search settings as `SearchSettings.to_dict()` gives them."""
     metadata: dict[str, Any]
 
     @property
@@ -69,7 +74,7 @@ def write_preset(
     backbone: keras.Model,
     tokenizer,
     preprocessor: dict[str, Any],
-    search: SearchSettings,
+    search: dict[str, Any],
     *,
     training_data: str | None = None,
     overwrite: bool = False,
@@ -108,7 +113,7 @@ def _write_files(
     backbone: keras.Model,
     tokenizer,
     preprocessor: dict[str, Any],
-    search: SearchSettings,
+    search: dict[str, Any],
     training_data: str | None,
 ) -> None:
     backbone_config = keras.saving.serialize_keras_object(backbone)
@@ -131,7 +136,7 @@ def _write_files(
             {
                 "backbone": backbone_config,
                 "preprocessor": preprocessor_config,
-                "search": search.to_dict(),
+                "search": dict(search),
             },
         ),
         METADATA_FILE: {
@@ -185,7 +190,7 @@ def read_preset(directory: str | os.PathLike) -> PresetContents:
     _check_format(path / METADATA_FILE, metadata)
     config = _backbone_config(path / CONFIG_FILE)
     task = _read_json(path / TASK_FILE)
-    search = _search_settings(path / TASK_FILE, task)
+    search = _search_config(path / TASK_FILE, task)
     preprocessor = _read_json(path / PREPROCESSOR_FILE).get("config", {})
     tokenizer = _tokenizer(path, config)
     return PresetContents(path, config, tokenizer, preprocessor, search, metadata)
@@ -243,11 +248,27 @@ def _backbone_config(path: Path) -> TransformerConfig:
         ) from None
 
 
-def _search_settings(path: Path, task: dict[str, Any]) -> SearchSettings:
+def _search_config(path: Path, task: dict[str, Any]) -> dict[str, Any]:
+    search = task.get("config", {}).get("search") if isinstance(task, dict) else None
+    if not isinstance(search, dict):
+        raise ValueError(
+            f"{path}: bad search settings (config.search is {search!r}, "
+            "expected a JSON object)."
+        )
+    return search
+
+
+def load_weights(backbone: keras.Model, contents: PresetContents) -> None:
+    """Load the preset's weights into `backbone` (a model of its config);
+    an error names both files."""
+    path = contents.weights_path
     try:
-        return SearchSettings.from_dict(task["config"]["search"])
-    except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"{path}: bad search settings ({error}).") from None
+        backbone.load_weights(path)
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"{path}: the weights do not load into the model of "
+            f"{path.parent / CONFIG_FILE} ({error})."
+        ) from None
 
 
 def read_tokenizer(path: Path):
