@@ -190,28 +190,24 @@ def _translator(
     ensemble: Sequence[str] = (),
 ):
     """The `Translator` of the model flags; with `ensemble` (paths), of the
-    run's model and those together."""
+    run's model and those together (`decoding.opening.open_model`)."""
+    from keras_transformer.decoding.opening import open_model
     from keras_transformer.decoding.translator import Translator
 
     settings = _search_settings(args, task)  # Refused before the model loads.
     _check_model_source(args)
-    if args.preset:
-        from keras_transformer.task.seq2seq_lm import TransformerSeq2SeqLM
-
-        lm = TransformerSeq2SeqLM.from_preset(args.preset)
-        model = _quantized(lm.backbone, args)
-        return Translator(model, lm.tokenizer, settings, sampling=sampling)
-    run = _run(args)
-    _check_run_task(run, task)
-    if run.tree_words:  # Its targets hold <unk> for rare words (linearize).
-        settings = settings.replace(allow_unk=True)
-    run = run.open_for_inference(args.model)
-    model = _quantized(run.model, args)
-    if ensemble:
-        from keras_transformer.decoding.ensemble import open_ensemble
-
-        model = open_ensemble(run, list(ensemble), model=model, quantize=args.quantize)
-    return Translator(model, run.tokenizer, settings, sampling=sampling)
+    opened = open_model(
+        args.preset or args.run_dir,
+        model=args.model,
+        settings=settings,
+        quantize=args.quantize,
+        ensemble=ensemble,
+        task=task,
+        kind="preset" if args.preset else "run",
+    )
+    return Translator(
+        opened.model, opened.tokenizer, opened.settings, sampling=sampling
+    )
 
 
 def _guides(args: argparse.Namespace, translator, count: int):
@@ -260,23 +256,11 @@ def _report_unmet(records: list[dict], args: argparse.Namespace) -> None:
             )
 
 
-def _quantized(model, args: argparse.Namespace):
-    """`model`, quantized in place when --quantize asks for it."""
-    from keras_transformer.quantization import quantize_model
+def _check_run_task(args: argparse.Namespace, task: str) -> None:
+    """Refuse --run-dir of a run trained for another task."""
+    from keras_transformer.decoding.opening import check_task
 
-    return quantize_model(model, args.quantize)
-
-
-def _check_run_task(run, task: str) -> None:
-    """Refuse a run trained for another task (its output would be nonsense)."""
-    trained = run.task
-    if trained is not None and trained != task:
-        command = {"translation": "translate", "parsing": "parse"}.get(trained)
-        advice = f": use keras-transformer {command} with it" if command else ""
-        raise ValueError(
-            f"{run.path} was trained for {trained} (its manifest says so), not "
-            f"{task}{advice}."
-        )
+    check_task(_run(args), task)
 
 
 def _check_model_source(args: argparse.Namespace) -> None:
@@ -541,7 +525,7 @@ def _check_export_flags(args: argparse.Namespace) -> None:
 def _export(args: argparse.Namespace) -> int:
     settings = _search_settings(args)
     _check_export_flags(args)
-    _check_run_task(_run(args), "translation")  # The exports translate text.
+    _check_run_task(args, "translation")  # The exports translate text.
     if args.format == "ctranslate2":
         from keras_transformer.export import export_ctranslate2
         from keras_transformer.export.options import DEFAULT_MAX_POSITIONS
@@ -626,7 +610,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     _check_model_source(args)
     if args.run_dir:
-        _check_run_task(_run(args), "translation")
+        _check_run_task(args, "translation")
     if args.preset and args.export_dir:
         raise ValueError("--preset and --export-dir both name the weights: pass one.")
     if args.ensemble and args.preset:

@@ -13,6 +13,8 @@
   ONNX export's translator shares it).
 - `numpy_search`: the same greedy and beam search in NumPy, for what runs
   without Keras (the ONNX export's translator, the constrained search).
+- `opening`: `open_model`, the one way the command line and the server
+  open a run, a preset or a `.keras` file for decoding.
 
 Importing this package loads nothing heavy; each public name below loads its
 module on first use.
@@ -27,6 +29,7 @@ _EXPORTS = {
     "greedy_search": ".search",
     "SequenceGenerator": ".generator",
     "Translator": ".translator",
+    "open_model": ".opening",
     "SearchSettings": ".settings",
     "compile_function": ".compile",
     "enable_compilation_cache": ".compile",

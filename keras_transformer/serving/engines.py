@@ -40,13 +40,13 @@ import numpy as np
 from keras_transformer.decoding import scoring
 from keras_transformer.decoding.batching import real_hypotheses
 from keras_transformer.decoding.compile import compile_function
+from keras_transformer.decoding.opening import OpenedModel, open_model
 from keras_transformer.decoding.scoring import (
     ForcedScorer,
     padded_length,
     padded_lengths,
 )
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.run.directory import InferenceRun, RunDirectory
 from keras_transformer.serving.options import AllowedSettings
 from keras_transformer.serving.protocol import Decoding, RequestError
 from keras_transformer.utils.setting_fields import flag_name
@@ -214,11 +214,11 @@ def _word(piece: str) -> bool:
     return len(piece) > 2 and piece.isalpha()
 
 
-def _model_info(run: InferenceRun) -> dict[str, Any]:
-    config = run.model.config if run.model is not None else run.run.load_config()
+def _model_info(opened: OpenedModel) -> dict[str, Any]:
+    config = opened.config
     return {
-        "run": run.run.path.name,  # No absolute paths to a client.
-        "file": run.model_path.name,
+        "run": opened.name,  # No absolute paths to a client.
+        "file": opened.path.name,
         "layers": [config.num_encoder_layers, config.num_decoder_layers],
         "d_model": config.d_model,
         "heads": config.num_heads,
@@ -227,7 +227,8 @@ def _model_info(run: InferenceRun) -> dict[str, Any]:
 
 
 class KerasEngine(Engine):
-    """The run's model, on the Keras backend this process runs."""
+    """The model `decoding.opening.open_model` opened (a run's, a preset's,
+    quantized, an ensemble), on the Keras backend this process runs."""
 
     name = "keras"
     has_attention = True
@@ -240,30 +241,23 @@ class KerasEngine(Engine):
 
     def __init__(
         self,
-        run: InferenceRun,
-        settings: SearchSettings,
+        opened: OpenedModel,
         batch_size: int,
         quantize: str | None = None,
         ensemble: Sequence[str] = (),
     ):
-        from keras_transformer.decoding.ensemble import open_ensemble
-        from keras_transformer.quantization import quantize_model
-
-        super().__init__(run.tokenizer, settings)
-        quantize_model(run.model, quantize)  # Before anything compiles.
-        self.quantize = quantize
-        self.run = run
+        super().__init__(opened.tokenizer, opened.settings)
+        self.quantize = quantize  # Applied by `open_model`: reported here.
+        self.opened = opened
         self.ensemble = tuple(ensemble)
-        # The run's model, or it and the --ensemble members as one.
-        self.model = run.model
-        if ensemble:
-            self.model = open_ensemble(run, ensemble, quantize=quantize)
+        # The model, or it and the --ensemble members as one.
+        self.model = opened.model
         self.batch_size = batch_size
         self._translators: collections.OrderedDict = collections.OrderedDict()
         self._translators_lock = threading.Lock()  # Workers share the cache.
         # Shared by every Translator: its programs depend on the model alone.
         self.scorer = ForcedScorer(self.model, batch_size)
-        self._translator(settings)  # Refuses bad defaults before serving.
+        self._translator(self.settings)  # Refuses bad defaults before serving.
         # The longest side /v1/attention pads to (warm_up_attention sets it):
         # a request of up to this many tokens a side compiles nothing new.
         self.attention_limit: int | None = None
@@ -426,7 +420,7 @@ class KerasEngine(Engine):
         }
 
     def info(self) -> dict[str, Any]:
-        model = {**_model_info(self.run), "quantization": self.quantize}
+        model = {**_model_info(self.opened), "quantization": self.quantize}
         if self.ensemble:  # Names, not paths (as the run's).
             model["ensemble"] = [Path(spec).name for spec in self.ensemble]
         return {**super().info(), "model": model}
@@ -691,8 +685,14 @@ def open_engine(
             raise ValueError(
                 "--export-dir is for --engine ctranslate2, savedmodel or onnx."
             )
-        run = RunDirectory(run_dir).open_for_inference(model)
-        return KerasEngine(run, settings, batch_size, quantize, ensemble)
+        opened = open_model(
+            run_dir,
+            model=model,
+            settings=settings,
+            quantize=quantize,
+            ensemble=ensemble,
+        )
+        return KerasEngine(opened, batch_size, quantize, ensemble)
     if export_dir is None:
         export_dir = _export(name, run_dir, settings, model, scratch / name)
     elif model is not None:

@@ -162,7 +162,9 @@ def serve(
     api_key = read_api_key(policy.api_key_file) if policy.api_key_file else None
     configure_logging(policy.log_format)
     with tempfile.TemporaryDirectory(prefix="keras-transformer-serve-") as scratch:
-        if preset is not None:  # The engines read runs: the preset as one.
+        if preset is not None and engine == "keras":  # `open_model` reads it.
+            run_dir = str(preset)
+        elif preset is not None:  # The exporters read runs: the preset as one.
             from keras_transformer.export.preset import preset_as_run
 
             run_dir = str(preset_as_run(preset, Path(scratch) / "preset-run"))

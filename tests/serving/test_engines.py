@@ -82,7 +82,7 @@ def test_quantize_int8_serves_the_int8_model_and_says_so(run_dir, tmp_path):
     int8 = engine("keras", run_dir, tmp_path / "q", quantize="int8")
     assert int8.info()["model"]["quantization"] == "int8"
     assert float_engine.info()["model"]["quantization"] is None
-    weights = {w.path: str(w.dtype) for w in int8.run.model.weights}
+    weights = {w.path: str(w.dtype) for w in int8.model.weights}
     assert weights["shared_embedding/embeddings"] == "int8"
     assert len(int8.translate(TEXTS, SETTINGS)) == len(TEXTS)
 
