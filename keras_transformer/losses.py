@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import keras
 from keras import ops
 
 from keras_transformer.config import PAD_ID
+
+# The metric (`metrics.TokenCrossEntropy`) a `Transformer` reports as its
+# `loss`: the loss per real target token.
+TOKEN_LOSS = "token_loss"
+
+
+def with_token_loss(results: dict[str, Any]) -> dict[str, Any]:
+    """Metric values for logs, `loss` per token when it can be.
+
+    Keras logs `loss` as a row-weighted mean of per-batch loss values. A
+    model compiled with a `TokenCrossEntropy` metric reports that metric's
+    per-token value as `loss` (and so `val_loss`) instead. (Here, not in
+    `metrics`: the model reports it, and the model imports no metric.)"""
+    results = dict(results)
+    if TOKEN_LOSS in results:
+        results["loss"] = results.pop(TOKEN_LOSS)
+    return results
 
 
 def smoothed_token_losses(labels, logits, epsilon: float):

@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import keras
 from keras import ops
 
 from keras_transformer.config import PAD_ID
-from keras_transformer.losses import smoothed_token_losses
-
-# The metric a `Transformer` reports as its `loss` (see Transformer).
-TOKEN_LOSS = "token_loss"
-
-
-def with_token_loss(results: dict[str, Any]) -> dict[str, Any]:
-    """Metric values for logs, `loss` per token when it can be.
-
-    Keras logs `loss` as a row-weighted mean of per-batch loss values. A
-    model compiled with a `TokenCrossEntropy` metric reports that metric's
-    per-token value as `loss` (and so `val_loss`) instead."""
-    results = dict(results)
-    if TOKEN_LOSS in results:
-        results["loss"] = results.pop(TOKEN_LOSS)
-    return results
+from keras_transformer.losses import TOKEN_LOSS, smoothed_token_losses
 
 
 def _update_per_token(mean: keras.metrics.Mean, values, real):

@@ -26,7 +26,7 @@ from keras_transformer.layers import (
     ScaledEmbedding,
     SinusoidalPositionalEncoding,
 )
-from keras_transformer.metrics import with_token_loss
+from keras_transformer.losses import with_token_loss
 from keras_transformer.version import __version__
 
 
@@ -309,7 +309,7 @@ class Transformer(keras.Model):
 
     def get_metrics_result(self) -> dict[str, Any]:
         """Metric values for logs; `loss` is per token when it can be
-        (see `metrics.with_token_loss`)."""
+        (see `losses.with_token_loss`)."""
         return with_token_loss(super().get_metrics_result())
 
     def get_config(self) -> dict[str, Any]:

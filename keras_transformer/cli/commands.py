@@ -215,7 +215,10 @@ def _guides(args: argparse.Namespace, translator, count: int):
     (None when neither is given)."""
     if not (args.constraints or args.target_prefix):
         return None
-    from keras_transformer.decoding.constraints import read_constraints, read_prefixes
+    from keras_transformer.decoding.constraint_files import (
+        read_constraints,
+        read_prefixes,
+    )
 
     options = {
         "allow_unk": translator.settings.allow_unk,

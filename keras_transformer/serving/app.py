@@ -12,9 +12,9 @@
     GET  /docs, /openapi.json   the framework's API documentation
 
 Bodies are read with a size limit and a read timeout and parsed by
-`protocol`, so each bad request gets its own 4xx naming the field; every
+`schema` and `jobs`, so each bad request gets its own 4xx naming the field; every
 error, the framework's 404 and 405 included, has the one shape of
-`protocol.ErrorResponse`. Decoding never runs on the event loop: a request
+`schema.ErrorResponse`. Decoding never runs on the event loop: a request
 waits on the batcher's future while a worker thread decodes, and gives it
 up (its waiting texts dropped) when its client leaves or its time is up.
 """
@@ -37,19 +37,19 @@ from starlette.requests import ClientDisconnect
 
 from keras_transformer.decoding.compile import compilations
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.serving import protocol
+from keras_transformer.serving import jobs, schema
 from keras_transformer.serving.batcher import Batcher, Overloaded
 from keras_transformer.serving.documents import split_document
-from keras_transformer.serving.engines import AttentionUnavailable, Engine
+from keras_transformer.serving.engines.base import AttentionUnavailable, Engine
 from keras_transformer.serving.observability import ServerMetrics
 from keras_transformer.serving.options import AllowedSettings, ServeOptions
-from keras_transformer.serving.protocol import RequestError
+from keras_transformer.serving.schema import RequestError
 from keras_transformer.version import __version__
 
 log = logging.getLogger("keras_transformer.serve")
 
 _ERRORS = {
-    status: {"model": protocol.ErrorResponse, "description": text}
+    status: {"model": schema.ErrorResponse, "description": text}
     for status, text in (
         (400, "The body is not UTF-8 JSON."),
         (408, "The body did not arrive in time (--body-timeout-s)."),
@@ -296,7 +296,7 @@ def _check_ready(serving: Serving) -> None:
 
 def _token_counts(engine: Engine, options: ServeOptions, fields, texts) -> list[int]:
     counts = [len(ids) for ids in engine.tokenizer.encode(texts)]
-    protocol.check_token_counts(fields, counts, options)
+    jobs.check_token_counts(fields, counts, options)
     return counts
 
 
@@ -305,14 +305,14 @@ def _add_translate(app: FastAPI, serving: Serving) -> None:
 
     @app.post(
         "/v1/translate",
-        responses={200: {"model": protocol.TranslateResponse}, **_ERRORS},
-        openapi_extra=_body_schema(protocol.TranslateRequest),
+        responses={200: {"model": schema.TranslateResponse}, **_ERRORS},
+        openapi_extra=_body_schema(schema.TranslateRequest),
     )
     async def translate(request: Request) -> JSONResponse:
         start = time.perf_counter()
         body = await _read_json(request, serving.options)
-        parsed = protocol.validate(protocol.TranslateRequest, body)
-        job = protocol.translate_job(
+        parsed = schema.validate(schema.TranslateRequest, body)
+        job = jobs.translate_job(
             parsed, serving.settings, serving.options, serving.allowed
         )
         serving.engine.check_settings(job.settings)
@@ -329,7 +329,7 @@ def _add_translate(app: FastAPI, serving: Serving) -> None:
         items = texts
         if job.guided:
             allow_unk = job.settings.allow_unk
-            items = protocol.encode_guides(job, serving.engine.tokenizer, allow_unk)
+            items = jobs.encode_guides(job, serving.engine.tokenizer, allow_unk)
         results = await _decode(
             request, serving, serving.batcher.submit(items, key), start
         )
@@ -347,14 +347,14 @@ def _add_translate(app: FastAPI, serving: Serving) -> None:
         )
 
 
-def _batch_key(engine: Engine, job: protocol.TranslateJob):
+def _batch_key(engine: Engine, job: jobs.TranslateJob):
     """What the job's texts are batched and decoded by: its search settings,
     or with details, sampling or constraints a `Decoding` (the alignment
     layer checked by the engine, which may have no details)."""
     if not (job.details or job.sampling is not None or job.guided):
         return job.settings
     layer = engine.alignment_layer(job.alignment_layer) if job.details else None
-    return protocol.Decoding(job.settings, job.sampling, layer, job.guided)
+    return jobs.Decoding(job.settings, job.sampling, layer, job.guided)
 
 
 def _sentences(documents, options: ServeOptions) -> tuple[list[str], list[str]]:
@@ -364,7 +364,7 @@ def _sentences(documents, options: ServeOptions) -> tuple[list[str], list[str]]:
     for index, document in enumerate(documents):
         for number, sentence in enumerate(document.sentences):
             field = f"texts[{index}].sentences[{number}]"
-            protocol.check_text(field, sentence, options.max_text_chars)
+            jobs.check_text(field, sentence, options.max_text_chars)
             texts.append(sentence)
             fields.append(field)
     if len(texts) > options.max_texts:
@@ -447,19 +447,19 @@ def _add_attention(app: FastAPI, serving: Serving) -> None:
     @app.post(
         "/v1/attention",
         responses={
-            200: {"model": protocol.AttentionResponse},
-            501: {"model": protocol.ErrorResponse, "description": "Not this engine."},
+            200: {"model": schema.AttentionResponse},
+            501: {"model": schema.ErrorResponse, "description": "Not this engine."},
             **_ERRORS,
         },
-        openapi_extra=_body_schema(protocol.AttentionRequest),
+        openapi_extra=_body_schema(schema.AttentionRequest),
     )
     async def attention(request: Request) -> JSONResponse:
         start = time.perf_counter()
-        parsed = protocol.validate(
-            protocol.AttentionRequest, await _read_json(request, options)
+        parsed = schema.validate(
+            schema.AttentionRequest, await _read_json(request, options)
         )
         for field in ("source", "translation"):
-            protocol.check_text(field, getattr(parsed, field), options.max_text_chars)
+            jobs.check_text(field, getattr(parsed, field), options.max_text_chars)
         if not parsed.source.strip():
             raise RequestError(422, "source", "source is blank: nothing to attend to.")
         texts = [parsed.source, parsed.translation]
@@ -486,7 +486,7 @@ def _body_schema(model) -> dict[str, Any]:
     }
 
 
-def _translation(result, job: protocol.TranslateJob) -> dict[str, Any]:
+def _translation(result, job: jobs.TranslateJob) -> dict[str, Any]:
     """A text's answer from the engine's result: its hypotheses (or with
     sampling its samples) as (translation, score) pairs, or with details
     `Translator.generate`'s record."""
@@ -548,7 +548,7 @@ async def _read_json(request: Request, options: ServeOptions) -> Any:
             "(--body-timeout-s).",
             {"Connection": "close"},
         ) from None
-    return protocol.parse_body(body)
+    return schema.parse_body(body)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -198,7 +198,7 @@ def _open(engine_name, run_dir, settings, options, policy, weights, scratch):
 
     from keras_transformer.serving.app import Serving
     from keras_transformer.serving.batcher import Batcher
-    from keras_transformer.serving.engines import open_engine
+    from keras_transformer.serving.engines.selection import open_engine
     from keras_transformer.serving.observability import ServerMetrics
 
     workers = decode_workers(engine_name, options.workers, keras.backend.backend())
@@ -278,7 +278,7 @@ def _serve_on(app, sock: socket.socket, host: str, engine: str, options) -> None
     request in flight finishes; a second signal then stops the process."""
     import uvicorn
 
-    from keras_transformer.serving.http_protocol import protocol_class
+    from keras_transformer.serving.h11_connection import protocol_class
 
     shown = f"[{host}]" if ":" in host else host
     print(

@@ -24,7 +24,7 @@ from keras_transformer.data.tokenizer import (
 from keras_transformer.decoding.sampling import SamplingSettings
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.metrics import with_token_loss
+from keras_transformer.losses import with_token_loss
 from keras_transformer.model import build_transformer
 from keras_transformer.run import preset_files
 from keras_transformer.task.preprocessor import TransformerPreprocessor

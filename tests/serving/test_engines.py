@@ -9,7 +9,7 @@ import pytest
 
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving.engines import open_engine
-from keras_transformer.serving.protocol import RequestError
+from keras_transformer.serving.schema import RequestError
 
 pytestmark = [pytest.mark.slow, pytest.mark.backend_neutral]
 
@@ -165,7 +165,7 @@ def test_details_are_translates_and_warmed_they_compile_nothing(run_dir, tmp_pat
     from keras_transformer.decoding.compile import compilations
     from keras_transformer.decoding.translator import Translator
     from keras_transformer.run.directory import RunDirectory
-    from keras_transformer.serving.protocol import Decoding
+    from keras_transformer.serving.jobs import Decoding
 
     keras_engine = engine("keras", run_dir, tmp_path)
     key = Decoding(SETTINGS, None, keras_engine.alignment_layer(None))
@@ -201,7 +201,7 @@ def test_details_are_translates_and_warmed_they_compile_nothing(run_dir, tmp_pat
 
 def test_an_ensemble_of_the_run_with_itself_serves_as_the_run(run_dir, tmp_path):
     from keras_transformer.decoding.ensemble import Ensemble
-    from keras_transformer.serving.protocol import Decoding
+    from keras_transformer.serving.jobs import Decoding
 
     alone = engine("keras", run_dir, tmp_path)
     both = engine("keras", run_dir, tmp_path / "e", ensemble=[str(run_dir)])

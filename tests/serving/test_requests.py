@@ -9,13 +9,13 @@ import pytest
 from keras_transformer.cli import main
 from keras_transformer.decoding.sampling import SamplingSettings
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.serving import protocol
+from keras_transformer.serving import jobs, schema
 from keras_transformer.serving.options import (
     AllowedSettings,
     ServeOptions,
     parse_sampling_list,
 )
-from keras_transformer.serving.protocol import RequestError, TranslateRequest
+from keras_transformer.serving.schema import RequestError, TranslateRequest
 from keras_transformer.serving.server import check_host
 
 pytestmark = pytest.mark.backend_neutral
@@ -31,12 +31,12 @@ def refused(function, *args, **kwargs):
 
 
 def job(**body):
-    request = protocol.validate(TranslateRequest, body)
-    return protocol.translate_job(request, SearchSettings(), LIMITS, ALLOWED)
+    request = schema.validate(TranslateRequest, body)
+    return jobs.translate_job(request, SearchSettings(), LIMITS, ALLOWED)
 
 
 def test_invalid_utf8_names_the_byte_and_its_offset():
-    status, field, message = refused(protocol.parse_body, b'{"texts": ["a\xff"]}')
+    status, field, message = refused(schema.parse_body, b'{"texts": ["a\xff"]}')
     assert (status, field) == (400, "body")
     assert "not valid UTF-8: byte b'\\xff' at offset 13" in message
 
@@ -52,7 +52,7 @@ def test_invalid_utf8_names_the_byte_and_its_offset():
     ],
 )
 def test_invalid_json_says_where(body, expected):
-    status, field, message = refused(protocol.parse_body, body)
+    status, field, message = refused(schema.parse_body, body)
     assert (status, field) == (400, "body")
     assert expected in message
 
@@ -72,7 +72,7 @@ def test_invalid_json_says_where(body, expected):
     ],
 )
 def test_wrong_types_and_fields_are_named(body, field, expected):
-    status, named, message = refused(protocol.validate, TranslateRequest, body)
+    status, named, message = refused(schema.validate, TranslateRequest, body)
     assert (status, named) == (422, field)
     assert expected in message
 
@@ -127,8 +127,8 @@ SAMPLING = ALLOWED.replace(sampling=parse_sampling_list("top-k:10,top-p:0.9:0.7"
 
 
 def sampling_job(**body):
-    request = protocol.validate(TranslateRequest, {"texts": ["a", "b"], **body})
-    return protocol.translate_job(request, SearchSettings(), LIMITS, SAMPLING)
+    request = schema.validate(TranslateRequest, {"texts": ["a", "b"], **body})
+    return jobs.translate_job(request, SearchSettings(), LIMITS, SAMPLING)
 
 
 def test_sampling_is_one_of_the_allowed_with_the_requests_seed_and_samples():
@@ -175,8 +175,8 @@ GUIDED = ALLOWED.replace(constraints=True)
 
 
 def guided_job(allowed=GUIDED, **body):
-    request = protocol.validate(TranslateRequest, {"texts": ["a", "b"], **body})
-    return protocol.translate_job(request, SearchSettings(), LIMITS, allowed)
+    request = schema.validate(TranslateRequest, {"texts": ["a", "b"], **body})
+    return jobs.translate_job(request, SearchSettings(), LIMITS, allowed)
 
 
 def test_constraints_and_prefixes_come_per_text_stripped():
@@ -226,12 +226,12 @@ def test_guides_are_encoded_and_unknown_pieces_refused():
     # Without byte fallback an unseen character is the unknown piece.
     tokenizer = train_tokenizer(make_corpus(), 120, byte_fallback=False)
     made = guided_job(constraints=[["dog"], []], target_prefix=["", "the"])
-    guides = protocol.encode_guides(made, tokenizer, allow_unk=False)
+    guides = jobs.encode_guides(made, tokenizer, allow_unk=False)
     assert [g[0] for g in guides] == ["a", "b"]
     assert guides[0][1] == tokenizer.encode(["dog"]) and guides[0][2] == []
     assert guides[1][1] == [] and guides[1][2] == tokenizer.encode(["the"])[0]
     unknown = guided_job(constraints=[[], ["中"]])
-    status, field, message = refused(protocol.encode_guides, unknown, tokenizer, False)
+    status, field, message = refused(jobs.encode_guides, unknown, tokenizer, False)
     assert (status, field) == (422, "constraints[1][0]")
     assert "could never be met" in message
 

@@ -138,7 +138,7 @@ def test_stalled_clients_get_408_within_the_timeout(server):
 def test_a_keep_alive_connection_carries_at_most_its_requests(server):
     """--max-requests-per-connection 3: the third answer says close, and the
     server closes the connection."""
-    from tests.serving.test_http_protocol import Client
+    from tests.serving.test_h11_connection import Client
 
     server.wait_ready(600)
     client = Client(server.port)

@@ -16,7 +16,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from keras_transformer.serving.http_protocol import JsonH11Protocol, protocol_class
+from keras_transformer.serving.h11_connection import JsonH11Protocol, protocol_class
 
 pytestmark = pytest.mark.backend_neutral
 
@@ -203,7 +203,7 @@ def get(path: str) -> bytes:
 
 
 def test_uvicorn_internals_this_module_relies_on():
-    """If this fails after a uvicorn upgrade, http_protocol.py needs a look."""
+    """If this fails after a uvicorn upgrade, h11_connection.py needs a look."""
     for name in (
         "connection_made",
         "data_received",

@@ -31,7 +31,7 @@ Everything else (requests, keep-alive, pipelining, graceful shutdown) is
 uvicorn's own code. Pass `protocol_class(header_timeout_s=...,
 max_requests=...)` as `uvicorn.Config(http=...)`.
 
-uvicorn internals relied on (tests/serving/test_http_protocol.py checks
+uvicorn internals relied on (tests/serving/test_h11_connection.py checks
 them, so an upgrade that moves them fails there): `H11Protocol`'s
 attributes `conn` (the h11.Connection), `transport`, `loop`, `logger`,
 `config`, `server_state.default_headers` (Date and Server headers); its
