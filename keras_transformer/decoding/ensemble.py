@@ -294,7 +294,7 @@ def check_same_tokenizer(
 _RUN_LEVELS = 2
 
 
-def _run_holding(path: Path) -> RunDirectory | None:
+def run_holding(path: Path) -> RunDirectory | None:
     """The run directory a `.keras` file sits in (up to `_RUN_LEVELS`
     levels above it): the nearest with a tokenizer; None if none."""
     for directory in list(path.resolve().parents)[:_RUN_LEVELS]:
@@ -367,7 +367,7 @@ def _open_member(run: InferenceRun, main: Transformer, path: Path) -> Transforme
         member_run = RunDirectory(path)
         opened = member_run.open_for_inference()
     elif path.is_file() and path.suffix == ".keras":
-        member_run = _run_holding(path)
+        member_run = run_holding(path)
         if member_run is None:
             return _outside_model(run, main, path)
         opened = member_run.open_for_inference(path)

@@ -142,17 +142,17 @@ def _open_preset(path, settings, quantize, model, ensemble) -> OpenedModel:
 
 
 def _run_of_model_file(path: Path) -> RunDirectory:
-    """The run a `.keras` file belongs to: the nearest directory with a
-    tokenizer, up to two levels above it."""
-    for directory in list(path.resolve().parents)[:2]:
-        run = RunDirectory(directory)
-        if run.tokenizer_dir.is_dir():
-            return run
-    raise ValueError(
-        f"{path} is in no run directory (RUN/model.keras or "
-        "RUN/checkpoints/ckpt-N.keras, with RUN/tokenizer/): its tokenizer is "
-        "unknown. Pass the run with --run-dir and the file with --model."
-    )
+    """The run a `.keras` file belongs to (`ensemble.run_holding`'s rule)."""
+    from keras_transformer.decoding.ensemble import run_holding
+
+    run = run_holding(path)
+    if run is None:
+        raise ValueError(
+            f"{path} is in no run directory (RUN/model.keras or "
+            "RUN/checkpoints/ckpt-N.keras, with RUN/tokenizer/): its tokenizer "
+            "is unknown. Pass the run with --run-dir and the file with --model."
+        )
+    return run
 
 
 def check_task(run: RunDirectory, task: str) -> None:

@@ -17,9 +17,6 @@ from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.export.common import open_run
 from keras_transformer.run import preset_files
 
-# The task's preprocessor settings a run's manifest records (train's options).
-_PREPROCESSOR_FIELDS = ("max_length", "tokens_per_batch", "seed")
-
 
 def export_preset(
     run_dir: str | os.PathLike,
@@ -36,7 +33,7 @@ def export_preset(
     options = manifest.get("options", {})
     batching = {
         name: options[name]
-        for name in _PREPROCESSOR_FIELDS
+        for name in preset_files.PREPROCESSOR_FIELDS
         if isinstance(options.get(name), int) and not isinstance(options[name], bool)
     }
     return preset_files.write_preset(

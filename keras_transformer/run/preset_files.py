@@ -41,6 +41,9 @@ PREPROCESSOR_FILE = "preprocessor.json"
 TASK_FILE = "task.json"
 METADATA_FILE = "metadata.json"
 TOKENIZER_ASSETS = Path("assets") / "tokenizer"
+#: What preprocessor.json holds: `TransformerPreprocessor`'s settings, which
+#: a run's manifest records among train's options.
+PREPROCESSOR_FIELDS = ("max_length", "tokens_per_batch", "seed")
 REQUIRED_FILES = (
     CONFIG_FILE,
     WEIGHTS_FILE,

@@ -17,7 +17,7 @@ import numpy as np
 
 from keras_transformer.data.pipeline import DEFAULT_BUCKETS, encode_pairs
 from keras_transformer.data.text_files import ParallelCorpus
-from keras_transformer.run.preset_files import read_tokenizer
+from keras_transformer.run.preset_files import PREPROCESSOR_FIELDS, read_tokenizer
 from keras_transformer.training.batches import TrainingData, token_budget_batches
 from keras_transformer.training.options import TrainOptions
 from keras_transformer.utils.console import log
@@ -125,11 +125,7 @@ class TransformerPreprocessor:
         self.tokenizer = read_tokenizer(Path(preset))
 
     def get_config(self) -> dict[str, Any]:
-        return {
-            "max_length": self.max_length,
-            "tokens_per_batch": self.tokens_per_batch,
-            "seed": self.seed,
-        }
+        return {name: getattr(self, name) for name in PREPROCESSOR_FIELDS}
 
 
 def _split_pairs(pairs: Any, argument: str) -> tuple[list, list]:
