@@ -307,6 +307,13 @@ class Transformer(keras.Model):
             new_cache.append(layer_cache)
         return _logits(parts, y), new_cache
 
+    def logits(self, hidden):
+        """The decoder's last hidden states -> logits: the final norm (pre-norm
+        models), then the tied or own output projection.
+
+        Shape: (batch, length, d_model) -> (batch, length, target vocab)."""
+        return _logits(self._parts, hidden)
+
     def get_metrics_result(self) -> dict[str, Any]:
         """Metric values for logs; `loss` is per token when it can be
         (see `losses.with_token_loss`)."""

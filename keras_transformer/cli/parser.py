@@ -18,8 +18,8 @@ import typing
 from typing import Any
 
 from keras_transformer.config import TransformerConfig, field_names
+from keras_transformer.data.tasks import TASKS
 from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
-from keras_transformer.parsing.settings import TASKS
 from keras_transformer.quantization import QUANTIZE_MODES
 from keras_transformer.utils.setting_fields import flag_name
 

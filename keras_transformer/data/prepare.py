@@ -35,12 +35,10 @@ import fcntl
 import hashlib
 import itertools
 import json
-import math
 import os
-import random
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +54,6 @@ from keras_transformer.data.pipeline import FilterReport
 from keras_transformer.data.store_options import PrepareOptions
 from keras_transformer.data.text_files import (
     DataError,
-    PairBlock,
     ParallelCorpus,
     collect_pairs,
 )
@@ -74,11 +71,14 @@ from keras_transformer.data.token_store import (
     open_store,
     remember_digests,
     token_dtype,
-    tokenizer_sha256,
     write_evaluation_text,
     write_manifest,
 )
-from keras_transformer.data.tokenizer import SentencePieceTokenizer, train_tokenizer
+from keras_transformer.data.tokenizer import (
+    SentencePieceTokenizer,
+    learn_tokenizer,
+    tokenizer_sha256,
+)
 from keras_transformer.utils import console
 from keras_transformer.utils.atomic_files import (
     PARTIAL_MARK,
@@ -89,13 +89,10 @@ from keras_transformer.utils.user_cache import user_cache_root
 
 __all__ = [
     "default_store_path",
-    "learn_tokenizer",
     "prepare_store",
     "store_key",
     "store_location",
 ]
-
-_PROGRESS_SECONDS = 30
 
 
 def default_store_path(key: str) -> Path:
@@ -412,116 +409,7 @@ def _store_tokenizer(tokenizer_dir: Path, train: SplitSource, options, log):
     return given_tokenizer(tokenizer_dir)
 
 
-# --- pass 1: the tokenizer's sample ------------------------------------------------
-
-
-class _SentenceSample:
-    """A uniform sample of at most `size` non-blank sentences of a stream.
-
-    While everything fits, it keeps every sentence, sources then targets in
-    corpus order (what `train_tokenizer` was always given for a small
-    corpus, so its vocabulary stays the same); past `size`, reservoir
-    sampling (Li's algorithm L: a few random draws per replaced sentence,
-    none per sentence read) seeded by `seed`.
-    """
-
-    def __init__(self, size: int, seed: int):
-        self.size = size
-        self._rng = random.Random(seed)
-        self._source: list[str] = []
-        self._target: list[str] = []
-        self._items: list[str] | None = None  # The reservoir, once full.
-        self._seen = 0
-        self._weight = 0.0
-        self._next = 0
-
-    def add(self, source: list[str], target: list[str]) -> None:
-        for texts, kept in ((source, self._source), (target, self._target)):
-            if not all(map(str.strip, texts)):  # One pass in C, usually enough.
-                texts = [text for text in texts if text.strip()]
-            if self._items is None:
-                room = self.size - len(self._source) - len(self._target)
-                kept += texts[:room]
-                self._seen += min(room, len(texts))
-                texts = texts[room:]
-                if not texts:
-                    continue
-                self._fill()
-            self._replace(texts)
-
-    def _fill(self) -> None:
-        self._items = self._source + self._target
-        self._source, self._target = [], []
-        self._weight = math.exp(math.log(self._rng.random()) / self.size)
-        self._next = self._seen + self._skip()
-
-    def _skip(self) -> int:
-        return int(math.log(self._rng.random()) / math.log(1 - self._weight))
-
-    def _replace(self, texts: list[str]) -> None:
-        end = self._seen + len(texts)
-        while self._next < end:
-            self._items[self._rng.randrange(self.size)] = texts[self._next - self._seen]
-            self._weight *= math.exp(math.log(self._rng.random()) / self.size)
-            self._next += 1 + self._skip()
-        self._seen = end
-
-    def texts(self) -> list[str]:
-        return self._items if self._items is not None else self._source + self._target
-
-
-def learn_tokenizer(
-    blocks: Iterable[PairBlock],
-    origin: str,
-    *,
-    kind: str,
-    vocab_size: int,
-    sample_size: int,
-    seed: int,
-    log: Callable[[str], None] = console.log,
-):
-    """Pass 1: read every block of a training split (and so check it) for a
-    seeded sample of at most `sample_size` sentences, and learn the joint
-    tokenizer from it."""
-    sample = _SentenceSample(sample_size, seed)
-    progress = _Progress(log, f"{origin} (checked, sampled)")
-    for block in blocks:
-        sample.add(block.source, block.target)
-        progress.add(len(block.source))
-    started = time.monotonic()
-    tokenizer = train_tokenizer(
-        sample.texts(),
-        vocab_size,
-        kind=kind,
-        sample_size=sample_size,
-        seed=seed,
-        origin=origin,
-    )
-    log(
-        f"learned a joint {kind} vocabulary of {tokenizer.vocab_size} "
-        f"in {time.monotonic() - started:.1f}s"
-    )
-    return tokenizer
-
-
-# --- pass 2: encoding --------------------------------------------------------------
-
-
-class _Progress:
-    """A line every half minute while a large split is encoded."""
-
-    def __init__(self, log: Callable[[str], None], what: str):
-        self._log, self._what = log, what
-        self._started = self._last = time.monotonic()
-        self.pairs = 0
-
-    def add(self, pairs: int) -> None:
-        self.pairs += pairs
-        now = time.monotonic()
-        if now - self._last >= _PROGRESS_SECONDS:
-            self._last = now
-            rate = self.pairs / (now - self._started)
-            self._log(f"{self._what}: {self.pairs:,} pairs read ({rate:,.0f}/s)")
+# --- encoding ---------------------------------------------------------------------
 
 
 @contextlib.contextmanager
@@ -562,7 +450,7 @@ def _encode_train(
     writer = SplitWriter(staging, "train", dtype, out)
     empty: list[int] = []
     too_long: list[int] = []
-    progress = _Progress(log, source.origin)
+    progress = console.Progress(log, source.origin)
     blocks = (
         (range(b.first_line, b.first_line + len(b.source)), b.source, b.target)
         for b in source.blocks()

@@ -148,7 +148,7 @@ def check_store_settings(options: Any, store: TokenStore) -> None:
     `options` (a `TrainOptions`) takes them from it (through
     `with_store_settings`); a value that is not the default and differs from
     the store's is refused."""
-    from keras_transformer.parsing.settings import task_tokenizer
+    from keras_transformer.data.tasks import task_tokenizer
 
     defaults = {field.name: field.default for field in dataclasses.fields(options)}
     # train's tokenizer default is the task's, filled in before this check.

@@ -61,6 +61,7 @@ import numpy as np
 from keras_transformer.data.digests import file_sha256, remember_sha256
 from keras_transformer.data.text_files import DataError, ParallelCorpus, sha256_file
 from keras_transformer.data.token_pairs import SIDES, TokenPairs
+from keras_transformer.data.tokenizer import tokenizer_sha256
 from keras_transformer.utils.atomic_files import atomic_write_text
 from keras_transformer.version import __version__
 
@@ -75,7 +76,6 @@ __all__ = [
     "open_store",
     "store_fingerprint",
     "token_dtype",
-    "tokenizer_sha256",
     "write_evaluation_text",
     "write_manifest",
 ]
@@ -114,16 +114,6 @@ class StoreWriteError(OSError):
 def token_dtype(vocab_size: int) -> str:
     """uint16 when every id fits (fairseq's choice too), else int32."""
     return "uint16" if vocab_size <= 2**16 else "int32"
-
-
-def tokenizer_sha256(directory: Path) -> str:
-    """One SHA-256 over a saved tokenizer's files (names and bytes)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in Path(directory).iterdir() if p.is_file()):
-        if path.name.startswith("."):  # A partial write's leftover.
-            continue
-        digest.update(f"{path.name}\0{sha256_file(path)}\0".encode())
-    return digest.hexdigest()
 
 
 def store_fingerprint(manifest: dict[str, Any]) -> str:

@@ -62,18 +62,22 @@ text matters.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import math
 import os
 import random
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from keras_transformer.data.text_files import DataError
+from keras_transformer.data.text_files import DataError, PairBlock, sha256_file
+from keras_transformer.utils import console
 from keras_transformer.utils.atomic_files import atomic_write_bytes, atomic_write_text
 from keras_transformer.utils.optional_imports import require
 
@@ -82,7 +86,9 @@ TOKENIZER_KINDS = ("sentencepiece", "wordpiece", "words")
 NORMALIZATIONS = ("identity", "nfkc", "nmt_nfkc")
 """SentencePiece normalisations accepted by `train_tokenizer` (module doc)."""
 _BYTE_PIECES = 256
-_META_FILE = "tokenizer.json"
+TOKENIZER_META_FILE = "tokenizer.json"
+"""The file whose presence marks a complete saved tokenizer (its kind and
+size; it names the other files)."""
 _RETRAIN = "Restore the file, or train into a new run directory."
 # SentencePiece reports a vocabulary it cannot build only in these messages.
 _TOO_SMALL = re.compile(
@@ -148,7 +154,9 @@ class SubwordTokenizer:
         for name, content in data.items():
             atomic_write_bytes(directory / name, content)
         meta = {"kind": self.kind, "vocab_size": self.vocab_size, **extra}
-        atomic_write_text(directory / _META_FILE, json.dumps(meta, indent=2) + "\n")
+        atomic_write_text(
+            directory / TOKENIZER_META_FILE, json.dumps(meta, indent=2) + "\n"
+        )
 
 
 def _check_normalization(normalization: str) -> None:
@@ -547,7 +555,7 @@ def train_tokenizer(
 def load_tokenizer(directory: str | os.PathLike) -> SubwordTokenizer:
     """Load the tokenizer saved in `directory` (a run directory)."""
     directory = Path(directory)
-    meta_path = directory / _META_FILE
+    meta_path = directory / TOKENIZER_META_FILE
     if not meta_path.exists():
         raise FileNotFoundError(f"No tokenizer in {directory}: {meta_path} is missing.")
     try:
@@ -558,3 +566,104 @@ def load_tokenizer(directory: str | os.PathLike) -> SubwordTokenizer:
     if kind not in _CLASSES:
         raise ValueError(f"{meta_path}: unknown tokenizer kind {kind!r}.")
     return _CLASSES[kind].load(directory)
+
+
+def tokenizer_sha256(directory: Path) -> str:
+    """A saved tokenizer's identity: one SHA-256 over its files (names and
+    bytes, `tokenizer.json` included). Equal digests, the same ids for the
+    same text: a store, a run's copy and an ensemble's members compare by it."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(directory).iterdir() if p.is_file()):
+        if path.name.startswith("."):  # A partial write's leftover.
+            continue
+        digest.update(f"{path.name}\0{sha256_file(path)}\0".encode())
+    return digest.hexdigest()
+
+
+class SentenceSample:
+    """A uniform sample of at most `size` non-blank sentences of a stream.
+
+    While everything fits, it keeps every sentence, sources then targets in
+    corpus order (what `train_tokenizer` was always given for a small
+    corpus, so its vocabulary stays the same); past `size`, reservoir
+    sampling (Li's algorithm L: a few random draws per replaced sentence,
+    none per sentence read) seeded by `seed`.
+    """
+
+    def __init__(self, size: int, seed: int):
+        self.size = size
+        self._rng = random.Random(seed)
+        self._source: list[str] = []
+        self._target: list[str] = []
+        self._items: list[str] | None = None  # The reservoir, once full.
+        self._seen = 0
+        self._weight = 0.0
+        self._next = 0
+
+    def add(self, source: list[str], target: list[str]) -> None:
+        for texts, kept in ((source, self._source), (target, self._target)):
+            if not all(map(str.strip, texts)):  # One pass in C, usually enough.
+                texts = [text for text in texts if text.strip()]
+            if self._items is None:
+                room = self.size - len(self._source) - len(self._target)
+                kept += texts[:room]
+                self._seen += min(room, len(texts))
+                texts = texts[room:]
+                if not texts:
+                    continue
+                self._fill()
+            self._replace(texts)
+
+    def _fill(self) -> None:
+        self._items = self._source + self._target
+        self._source, self._target = [], []
+        self._weight = math.exp(math.log(self._rng.random()) / self.size)
+        self._next = self._seen + self._skip()
+
+    def _skip(self) -> int:
+        return int(math.log(self._rng.random()) / math.log(1 - self._weight))
+
+    def _replace(self, texts: list[str]) -> None:
+        end = self._seen + len(texts)
+        while self._next < end:
+            self._items[self._rng.randrange(self.size)] = texts[self._next - self._seen]
+            self._weight *= math.exp(math.log(self._rng.random()) / self.size)
+            self._next += 1 + self._skip()
+        self._seen = end
+
+    def texts(self) -> list[str]:
+        return self._items if self._items is not None else self._source + self._target
+
+
+def learn_tokenizer(
+    blocks: Iterable[PairBlock],
+    origin: str,
+    *,
+    kind: str,
+    vocab_size: int,
+    sample_size: int,
+    seed: int,
+    log: Callable[[str], None] = console.log,
+):
+    """Read every block of a training split (and so check it) for a seeded
+    sample of at most `sample_size` sentences, and learn the joint tokenizer
+    from it: `prepare`'s first pass, and `train` on text without a store."""
+    sample = SentenceSample(sample_size, seed)
+    progress = console.Progress(log, f"{origin} (checked, sampled)")
+    for block in blocks:
+        sample.add(block.source, block.target)
+        progress.add(len(block.source))
+    started = time.monotonic()
+    tokenizer = train_tokenizer(
+        sample.texts(),
+        vocab_size,
+        kind=kind,
+        sample_size=sample_size,
+        seed=seed,
+        origin=origin,
+    )
+    log(
+        f"learned a joint {kind} vocabulary of {tokenizer.vocab_size} "
+        f"in {time.monotonic() - started:.1f}s"
+    )
+    return tokenizer

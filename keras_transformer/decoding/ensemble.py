@@ -21,7 +21,6 @@ N rows (B, or B * k in beam search), H heads, L cache length, K head size.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Sequence
@@ -30,13 +29,9 @@ from pathlib import Path
 import keras
 from keras import ops
 
-from keras_transformer.data.text_files import sha256_file
+from keras_transformer.data.tokenizer import TOKENIZER_META_FILE, tokenizer_sha256
 from keras_transformer.model import Transformer
 from keras_transformer.run.directory import InferenceRun, RunDirectory
-
-# The tokenizer's description in its directory; it names the file that holds
-# the tokenizer itself (`model_file` or `vocab_file`).
-_TOKENIZER_META = "tokenizer.json"
 
 
 class Ensemble:
@@ -246,46 +241,37 @@ def _mean(tensors: list):
     return total if len(tensors) == 1 else ops.divide(total, float(len(tensors)))
 
 
-def tokenizer_file(path: str | os.PathLike | RunDirectory) -> Path:
-    """The file that holds a tokenizer: in a run directory's `tokenizer/`,
-    or in a tokenizer directory, the file its `tokenizer.json` names (the
-    SentencePiece model or the vocabulary). Two tokenizers are the same
-    when these files are (the metadata beside them only describes them)."""
+def tokenizer_directory(path: str | os.PathLike | RunDirectory) -> Path:
+    """The saved tokenizer of a run directory (its `tokenizer/`), or `path`
+    itself when it is a tokenizer directory."""
     directory = path.path if isinstance(path, RunDirectory) else Path(path)
-    if not (directory / _TOKENIZER_META).is_file():
+    if not (directory / TOKENIZER_META_FILE).is_file():
         directory = RunDirectory(directory).tokenizer_dir
-    meta_path = directory / _TOKENIZER_META
-    if not meta_path.is_file():
+    if not (directory / TOKENIZER_META_FILE).is_file():
         raise ValueError(
             f"{path} holds no tokenizer: expected a run directory (with "
-            f"tokenizer/{_TOKENIZER_META}) or a tokenizer directory."
+            f"tokenizer/{TOKENIZER_META_FILE}) or a tokenizer directory."
         )
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        name = meta.get("model_file") or meta.get("vocab_file")
-    except (ValueError, AttributeError) as error:
-        raise ValueError(f"{meta_path}: unreadable ({error}).") from None
-    if not name or not (directory / name).is_file():
-        raise ValueError(f"{meta_path} names no tokenizer file that exists ({name!r}).")
-    return directory / name
+    return directory
 
 
 def check_same_tokenizer(
     first: str | os.PathLike | RunDirectory,
     second: str | os.PathLike | RunDirectory,
 ) -> None:
-    """Raise ValueError, naming both files, unless two runs (or tokenizer
-    directories) hold the same tokenizer: the same bytes (SHA-256) in the
-    files `tokenizer_file` finds. Ids mean nothing across tokenizers, so
-    an ensemble of their models would average unrelated tokens."""
-    files = [tokenizer_file(first), tokenizer_file(second)]
-    digests = [sha256_file(file) for file in files]
+    """Raise ValueError, naming both directories, unless two runs (or
+    tokenizer directories) hold the same tokenizer (`data.tokenizer.
+    tokenizer_sha256`, the identity the token store and a run's copy are
+    checked by). Ids mean nothing across tokenizers, so an ensemble of their
+    models would average unrelated tokens."""
+    directories = [tokenizer_directory(first), tokenizer_directory(second)]
+    digests = [tokenizer_sha256(directory) for directory in directories]
     if digests[0] != digests[1]:
         raise ValueError(
             "The models of an ensemble must share the tokenizer, but "
-            f"{files[0]} (sha256 {digests[0][:12]}) and {files[1]} (sha256 "
-            f"{digests[1][:12]}) differ: ensemble only models trained on the "
-            "same prepared data (the same tokenizer)."
+            f"{directories[0]} (sha256 {digests[0][:12]}) and {directories[1]} "
+            f"(sha256 {digests[1][:12]}) differ: ensemble only models trained "
+            "on the same prepared data (the same tokenizer)."
         )
 
 
@@ -299,7 +285,7 @@ def run_holding(path: Path) -> RunDirectory | None:
     levels above it): the nearest with a tokenizer; None if none."""
     for directory in list(path.resolve().parents)[:_RUN_LEVELS]:
         run = RunDirectory(directory)
-        if (run.tokenizer_dir / _TOKENIZER_META).is_file():
+        if (run.tokenizer_dir / TOKENIZER_META_FILE).is_file():
             return run
     return None
 
@@ -360,7 +346,7 @@ def _open_member(run: InferenceRun, main: Transformer, path: Path) -> Transforme
         "checkpoints) or a .keras model file"
     )
     if path.is_dir():
-        if not (RunDirectory(path).tokenizer_dir / _TOKENIZER_META).is_file():
+        if not (RunDirectory(path).tokenizer_dir / TOKENIZER_META_FILE).is_file():
             raise ValueError(
                 f"--ensemble {path} is a directory without a tokenizer: {expected}."
             )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from keras_transformer.parsing.settings import TASKS
+from keras_transformer.data.tasks import TASKS
 from keras_transformer.utils.setting_fields import check_setting, flag_name, setting
 
 # PAD and BOS are never generated; UNK unless allow_unk (see `decoding`).
@@ -116,7 +116,7 @@ semi-supervised setting." The defaults of `parse` and of
 
 
 def task_search(task: str) -> SearchSettings:
-    """The search defaults of `task` (one of `parsing.settings.TASKS`)."""
+    """The search defaults of `task` (one of `data.tasks.TASKS`)."""
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}. Expected one of {TASKS}.")
     return PARSING_SEARCH if task == "parsing" else SearchSettings()

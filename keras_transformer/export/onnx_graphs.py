@@ -4,7 +4,7 @@
 `DecoderStepGraph` runs one decoder position through each
 `DecoderBlock._forward` with attention closures over a past of any length
 (`MultiHeadAttention.project_key_value_cache` and `attend_cache`), the
-target embedding, positions, norms and `_logits` of the model: every weight
+target embedding, positions, norms and `logits` of the model: every weight
 and op is the model's, none is written again here. Their inputs and outputs
 are `onnx_translator`'s (its module docstring lists them).
 
@@ -33,7 +33,6 @@ from keras_transformer.export.onnx_translator import (
     step_inputs,
     step_outputs,
 )
-from keras_transformer.model import _logits
 
 # Sample sizes to trace with: all different and >= 2, since torch.export
 # takes a dimension of size 0 or 1 for a constant (and two of one size may
@@ -96,7 +95,7 @@ class DecoderStepGraph(keras.layers.Layer):
                 False,
             )
             new.extend(key_value)
-        return (_logits(parts, hidden)[:, -1], *new)
+        return (self.transformer.logits(hidden)[:, -1], *new)
 
     def _self_attention_mask(self, token_ids, position):
         """The new position sees every past one (and itself), within the

@@ -71,12 +71,10 @@ def preset_as_run(preset: str | os.PathLike, directory: str | os.PathLike) -> Pa
     """Write the preset's model and tokenizer as a run directory in
     `directory` (`model.keras` and `tokenizer/`), for what reads runs: the
     same weights, so the same translations."""
-    from keras_transformer.model import build_transformer
+    from keras_transformer.decoding.opening import open_model
 
-    contents = preset_files.read_preset(preset)
-    model = build_transformer(contents.config)
-    preset_files.load_weights(model, contents)
+    opened = open_model(preset, kind="preset")
     run = Path(directory)
-    contents.tokenizer.save(run / "tokenizer")
-    model.save(run / "model.keras")
+    opened.tokenizer.save(run / "tokenizer")
+    opened.model.save(run / "model.keras")
     return run

@@ -20,7 +20,6 @@ from keras_transformer.data.pipeline import (
     bucket_lengths,
     encode_pairs,
 )
-from keras_transformer.data.prepare import learn_tokenizer
 from keras_transformer.data.store_options import (
     PrepareOptions,
     check_store_settings,
@@ -29,6 +28,7 @@ from keras_transformer.data.store_options import (
 from keras_transformer.data.text_files import PairBlock
 from keras_transformer.data.token_pairs import TokenPairs
 from keras_transformer.data.token_store import TokenStore
+from keras_transformer.data.tokenizer import learn_tokenizer
 from keras_transformer.training.distribution import DistributionPlan
 from keras_transformer.training.options import TrainOptions
 from keras_transformer.utils.console import log

@@ -33,9 +33,9 @@ import keras
 import numpy as np
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.data.tasks import task_tokenizer
 from keras_transformer.data.text_files import sha256_file
 from keras_transformer.model import build_transformer
-from keras_transformer.parsing.settings import task_tokenizer
 from keras_transformer.run import preset_files
 from keras_transformer.run.checkpoints import lora_layers
 from keras_transformer.run.directory import RunDirectory, check_vocabulary

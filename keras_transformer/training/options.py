@@ -20,12 +20,12 @@ from keras_transformer.data.store_options import (
     tokenizer_setting,
     vocab_size_setting,
 )
-from keras_transformer.decoding.settings import SearchSettings, task_search
-from keras_transformer.parsing.settings import (
+from keras_transformer.data.tasks import (
     PARSING_TOKENIZER,
     TASKS,
     task_tokenizer,
 )
+from keras_transformer.decoding.settings import SearchSettings, task_search
 from keras_transformer.utils.setting_fields import check_setting, setting
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")

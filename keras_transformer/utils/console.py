@@ -13,6 +13,8 @@ import os
 import re
 import sys
 import threading
+import time
+from collections.abc import Callable
 
 EXIT_WRITE_FAILED = 74  # sysexits EX_IOERR: a write failed (a full disk).
 EXIT_INTERRUPTED = 75  # sysexits EX_TEMPFAIL: stopped cleanly, run it again.
@@ -84,3 +86,24 @@ def is_command_line() -> bool:
         module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
         return module == "keras_transformer"
     return name == "keras-transformer"
+
+
+PROGRESS_SECONDS = 30
+
+
+class Progress:
+    """A line every half minute while a long pass over a corpus runs
+    (`prepare`'s sampling and encoding)."""
+
+    def __init__(self, log: Callable[[str], None], what: str) -> None:
+        self._log, self._what = log, what
+        self._started = self._last = time.monotonic()
+        self.pairs = 0
+
+    def add(self, pairs: int) -> None:
+        self.pairs += pairs
+        now = time.monotonic()
+        if now - self._last >= PROGRESS_SECONDS:
+            self._last = now
+            rate = self.pairs / (now - self._started)
+            self._log(f"{self._what}: {self.pairs:,} pairs read ({rate:,.0f}/s)")

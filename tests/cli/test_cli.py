@@ -17,7 +17,7 @@ import pytest
 from keras_transformer import TransformerConfig, build_transformer, training
 from keras_transformer.cli import main, parse_overrides
 from keras_transformer.config import field_names
-from keras_transformer.data import prepare
+from keras_transformer.data import tokenizer as tokenizer_module
 from keras_transformer.training import job, model_setup
 
 pytestmark = pytest.mark.backend_neutral
@@ -161,7 +161,7 @@ def _train_files(tmp_path, source_lines, target_lines):
 
 
 def test_train_files_line_count_mismatch(monkeypatch, capsys, tmp_path, no_training):
-    monkeypatch.setattr(prepare, "train_tokenizer", _never)
+    monkeypatch.setattr(tokenizer_module, "train_tokenizer", _never)
     argv, source, target = _train_files(
         tmp_path, [f"sentence {i}" for i in range(5)], ["satz 0", "satz 1", "satz 2"]
     )

@@ -4,7 +4,6 @@ reuse, and bad input found during the streaming passes."""
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import errno
 import os
@@ -15,8 +14,9 @@ import pytest
 from keras_transformer import training
 from keras_transformer.cli import main
 from keras_transformer.data import digests, prepare, text_files, token_store
+from keras_transformer.data import tokenizer as tokenizer_module
 from keras_transformer.data.datasets import DatasetSpec
-from keras_transformer.data.prepare import _SentenceSample, prepare_store
+from keras_transformer.data.prepare import prepare_store
 from keras_transformer.data.store_options import PrepareOptions
 from keras_transformer.data.text_files import DataError, read_parallel_files
 from keras_transformer.data.token_store import (
@@ -218,41 +218,18 @@ def test_a_small_corpus_is_learned_whole_in_its_order_as_before(store, corpus):
     assert in_memory.model_proto == before.model_proto
 
 
-def test_sample_is_seeded_uniform_and_bounded():
-    def sample(seed, size=100):
-        sampler = _SentenceSample(size, seed)
-        for start in range(0, 2000, 300):  # Blocks of pairs, as read.
-            numbers = range(start, min(start + 300, 2000))
-            sampler.add(
-                [f"s{i}" for i in numbers], [f"t{i}" if i % 7 else " " for i in numbers]
-            )
-        return sampler.texts()
-
-    first = sample(0)
-    assert len(first) == len(set(first)) == 100
-    assert first == sample(0) and first != sample(1)
-    assert not any(text.strip() == "" for text in first)
-    # Uniform: sources and targets (less the blank ones) in proportion.
-    counts = collections.Counter(text[0] for seed in range(30) for text in sample(seed))
-    assert 0.40 < counts["t"] / (counts["s"] + counts["t"]) < 0.52
-    everything = _SentenceSample(10, 0)
-    everything.add(["a", "b"], ["x", " "])
-    everything.add(["c"], ["y"])
-    assert everything.texts() == ["a", "b", "c", "x", "y"]  # Sources first.
-
-
 def test_prepare_samples_at_most_tokenizer_sample_sentences(
     corpus, tmp_path, monkeypatch
 ):
     files, _, _ = corpus
     seen = []
-    real = prepare.train_tokenizer
+    real = tokenizer_module.train_tokenizer
 
     def spy(texts, *args, **kwargs):
         seen.append(list(texts))
         return real(texts, *args, **kwargs)
 
-    monkeypatch.setattr(prepare, "train_tokenizer", spy)
+    monkeypatch.setattr(tokenizer_module, "train_tokenizer", spy)
     for number, seed in enumerate((0, 0, 1)):
         options = options_for(
             files, tmp_path / f"s{number}", tokenizer_sample=300, seed=seed

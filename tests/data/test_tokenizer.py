@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import random
 
@@ -16,6 +17,7 @@ from keras_transformer.data.tokenizer import (
     RESERVED_TOKENS,
     TOKENIZER_KINDS,
     SentencePieceTokenizer,
+    SentenceSample,
     WordPieceTokenizer,
     load_tokenizer,
     train_tokenizer,
@@ -594,3 +596,26 @@ def test_words_tokenizer_reads_reserved_tokens_in_text_as_unknown_words():
     assert tokenizer.encode(["a </s> <pad> b"]) == [
         [tokenizer.encode(["a"])[0][0], 1, 1, tokenizer.encode(["b"])[0][0]]
     ]
+
+
+def test_sample_is_seeded_uniform_and_bounded():
+    def sample(seed, size=100):
+        sampler = SentenceSample(size, seed)
+        for start in range(0, 2000, 300):  # Blocks of pairs, as read.
+            numbers = range(start, min(start + 300, 2000))
+            sampler.add(
+                [f"s{i}" for i in numbers], [f"t{i}" if i % 7 else " " for i in numbers]
+            )
+        return sampler.texts()
+
+    first = sample(0)
+    assert len(first) == len(set(first)) == 100
+    assert first == sample(0) and first != sample(1)
+    assert not any(text.strip() == "" for text in first)
+    # Uniform: sources and targets (less the blank ones) in proportion.
+    counts = collections.Counter(text[0] for seed in range(30) for text in sample(seed))
+    assert 0.40 < counts["t"] / (counts["s"] + counts["t"]) < 0.52
+    everything = SentenceSample(10, 0)
+    everything.add(["a", "b"], ["x", " "])
+    everything.add(["c"], ["y"])
+    assert everything.texts() == ["a", "b", "c", "x", "y"]  # Sources first.

@@ -20,7 +20,7 @@ from keras_transformer.decoding.ensemble import (
     Ensemble,
     check_same_tokenizer,
     open_ensemble,
-    tokenizer_file,
+    tokenizer_directory,
 )
 from keras_transformer.decoding.generator import SequenceGenerator, cached_step_fn
 from keras_transformer.decoding.search import NEG_INF
@@ -429,9 +429,12 @@ def test_a_model_file_in_no_run_needs_the_same_vocabulary(runs, main_run):
     assert "vocabulary sizes" in str(refused.value)
 
 
-def test_another_tokenizer_is_refused_naming_both_files(runs, main_run):
-    files = [tokenizer_file(runs["main"]), tokenizer_file(runs["other"])]
-    assert files[0].name == "words_vocab.txt" and files[0].parent.name == "tokenizer"
+def test_another_tokenizer_is_refused_naming_both_directories(runs, main_run):
+    directories = [
+        tokenizer_directory(runs["main"]),
+        tokenizer_directory(runs["other"]),
+    ]
+    assert directories[0] == RunDirectory(runs["main"]).tokenizer_dir
     for attempt in (
         lambda: check_same_tokenizer(runs["main"], runs["other"]),
         lambda: open_ensemble(main_run, [str(runs["other"])]),
@@ -439,7 +442,7 @@ def test_another_tokenizer_is_refused_naming_both_files(runs, main_run):
     ):
         with pytest.raises(ValueError, match="must share the tokenizer") as refused:
             attempt()
-        assert all(str(file) in str(refused.value) for file in files)
+        assert all(str(path) in str(refused.value) for path in directories)
     check_same_tokenizer(runs["main"], RunDirectory(runs["member"]).tokenizer_dir)
 
 

@@ -8,12 +8,12 @@ import math
 import pytest
 
 from keras_transformer.cli import build_parser
+from keras_transformer.data.tasks import TASKS
 from keras_transformer.decoding.settings import (
     SearchSettings,
     search_settings,
     task_search,
 )
-from keras_transformer.parsing.settings import TASKS
 
 pytestmark = pytest.mark.backend_neutral
 

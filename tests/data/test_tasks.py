@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.parsing.settings import TASKS, task_tokenizer
+from keras_transformer.data.tasks import TASKS, task_tokenizer
 
 pytestmark = pytest.mark.backend_neutral
 
