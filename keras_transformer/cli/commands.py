@@ -504,134 +504,35 @@ def _average(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_export_flags(args: argparse.Namespace) -> None:
-    """The flags of one format only, refused for the others (no run needed)."""
-    if args.format == "ctranslate2":
-        return
-    if args.max_positions is not None:
-        raise ValueError("--max-positions applies to --format ctranslate2 only.")
-    if args.quantization in (None, "float32") or args.format == "savedmodel":
-        return  # A SavedModel takes int8 (checked by its exporter) or float32.
-    how = {
-        "preset": "a preset is quantized as it loads: translate, evaluate or "
-        "serve --preset DIR --quantize int8",
-        "onnx": "translate --onnx and serve --engine onnx run the float32 "
-        "weights it holds; for int8 use --format savedmodel --quantization "
-        "int8, or translate --run-dir R --quantize int8",
-    }[args.format]
-    raise ValueError(
-        f"--quantization applies to --format ctranslate2 (its weight types) and "
-        f"savedmodel (int8); a {args.format} export holds float32 weights: {how}."
-    )
-
-
 def _export(args: argparse.Namespace) -> int:
+    from keras_transformer.export.options import ExportOptions
+    from keras_transformer.export.targets import export_run
+
     settings = _search_settings(args)
-    _check_export_flags(args)
+    options = ExportOptions(**_setting_values(args, ExportOptions))
     _check_run_task(args, "translation")  # The exports translate text.
-    if args.format == "ctranslate2":
-        from keras_transformer.export import export_ctranslate2
-        from keras_transformer.export.options import DEFAULT_MAX_POSITIONS
-
-        path = export_ctranslate2(
-            args.run_dir,
-            args.out,
-            settings,
-            model=args.model,
-            quantization=args.quantization,
-            max_positions=args.max_positions or DEFAULT_MAX_POSITIONS,
-        )
-        print(
-            f"CTranslate2 model written to {path} (how to call it: {path}/export.json)"
-        )
-        return 0
-    if args.format == "onnx":
-        from keras_transformer.export.onnx import export_onnx
-
-        path = export_onnx(args.run_dir, args.out, settings, model=args.model)
-        print(
-            f"ONNX graphs written to {path} (translate --onnx {path}, serve "
-            f"--engine onnx --export-dir {path}; see {path}/export.json)"
-        )
-        return 0
-    if args.format == "preset":
-        from keras_transformer.export.preset import export_preset
-
-        path = export_preset(args.run_dir, args.out, settings, model=args.model)
-        print(f"Preset written to {path} (TransformerSeq2SeqLM.from_preset, --preset)")
-        return 0
-    from keras_transformer.export import export_translator
-
-    path = export_translator(
-        args.run_dir,
-        args.out,
-        settings,
-        model=args.model,
-        # int8, or float32 (the default) as None; others refused, named.
-        quantize=None if args.quantization == "float32" else args.quantization,
-    )
-    print(f"SavedModel written to {path} (signatures: see {path}/assets/export.json)")
+    print(export_run(args.run_dir, options, settings, model=args.model))
     return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from keras_transformer.serving.options import (
-        AllowedSettings,
-        ServeOptions,
-        parse_list,
-        parse_sampling_list,
-    )
-    from keras_transformer.serving.server import HttpPolicy, serve
+    from keras_transformer.serving.options import ServeOptions, ServerSettings
+    from keras_transformer.serving.server import serve
 
-    names = (field.name for field in dataclasses.fields(ServeOptions))
-    options = ServeOptions(**{name: getattr(args, name) for name in names})
-    settings = _search_settings(args)
-    allowed = None  # The engine's default.
-    if args.allowed_beam_sizes or args.allowed_alphas:
-        default = AllowedSettings.around(settings.beam_size, settings.alpha)
-        beams, alphas = args.allowed_beam_sizes, args.allowed_alphas
-        allowed = AllowedSettings(
-            parse_list("--allowed-beam-sizes", beams, int)
-            if beams
-            else default.beam_sizes,
-            parse_list("--allowed-alphas", alphas, float) if alphas else default.alphas,
-        )
-        allowed.require(settings.beam_size, settings.alpha)
-    if args.allowed_sampling or args.allow_constraints:
-        drawn = parse_sampling_list(args.allowed_sampling or "")
-        default = AllowedSettings.around(settings.beam_size, settings.alpha)
-        allowed = (allowed or default).replace(
-            sampling=drawn, constraints=args.allow_constraints
-        )
-    policy = HttpPolicy(
-        allowed=allowed,
-        cors_origins=tuple(args.cors_origin),
-        api_key_file=args.api_key_file,
-        log_format=args.log_format,
-        source_language=args.source_language,
-        warmup_tokens=args.warmup_tokens,
+    options, server = (
+        settings(**_setting_values(args, settings))
+        for settings in (ServeOptions, ServerSettings)
     )
     _check_model_source(args)
     if args.run_dir:
         _check_run_task(args, "translation")
-    if args.preset and args.export_dir:
-        raise ValueError("--preset and --export-dir both name the weights: pass one.")
-    if args.ensemble and args.preset:
-        raise ValueError("--ensemble needs --run-dir (not --preset) for the run.")
     return serve(
         run_dir=args.run_dir,
         preset=args.preset,
-        engine=args.engine,
-        settings=settings,
-        options=options,
-        policy=policy,
-        host=args.host,
-        port=args.port,
-        allow_remote=args.allow_remote,
         model=args.model,
-        export_dir=args.export_dir,
-        quantize=args.quantize,
-        ensemble=tuple(args.ensemble),
+        settings=_search_settings(args),
+        options=options,
+        server=server,
     )
 
 

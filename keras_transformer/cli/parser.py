@@ -19,7 +19,6 @@ from typing import Any
 
 from keras_transformer.config import TransformerConfig, field_names
 from keras_transformer.data.tasks import TASKS
-from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
 from keras_transformer.quantization import QUANTIZE_MODES
 from keras_transformer.utils.setting_fields import flag_name
 
@@ -140,24 +139,46 @@ def _add_option(
     if field.type == "bool":
         parser.add_argument(flag, action="store_true", help=meta["help"])
         return
-    kind = float if field.type.startswith("float") else int
-    if meta.get("choices") is not None:
-        kind = str
-    if kind is not str and meta.get("minimum") is not None:
-        kind = _at_least(meta["minimum"], kind)
-    if field.type.startswith("str") and meta.get("choices") is None:
-        kind = str
     if default is dataclasses.MISSING:
         default = field.default
+    required = default is dataclasses.MISSING
+    default_text = default_text or meta.get("shown_default")
+    if field.type.startswith("tuple"):  # Values, in one use or several.
+        action = parser.add_argument(
+            flag,
+            action="extend",
+            nargs="+",
+            default=[],
+            metavar=meta.get("metavar"),
+            help=f"{meta['help']} (one or more; repeatable) (default: "
+            f"{default_text or 'none'})",
+        )
+        action.setting = field  # For the CLI reference.
+        return
     action = parser.add_argument(
         flag,
-        type=kind,
-        default=default,
+        type=_flag_type(field),
+        default=None if required else default,
+        required=required,
         choices=None if meta.get("choices") is None else list(meta["choices"]),
-        help=f"{meta['help']} (default: {default_text or default})",
+        metavar=meta.get("metavar"),
+        help=meta["help"]
+        + ("" if required else f" (default: {default_text or default})"),
     )
     action.default_text = default_text  # For the CLI reference.
     action.setting = field  # For the CLI reference: the whole range.
+
+
+def _flag_type(field: dataclasses.Field):
+    """What argparse converts a field's text with: str for text and
+    choices, else a number checked against the field's bounds."""
+    meta = field.metadata
+    if meta.get("choices") is not None or field.type.startswith("str"):
+        return str
+    kind = float if field.type.startswith("float") else int
+    if meta.get("minimum") is not None:
+        return _at_least(meta["minimum"], kind)
+    return kind
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser, settings) -> None:
@@ -303,119 +324,12 @@ def _add_quantize_argument(parser: argparse.ArgumentParser, engines=False) -> No
 
 
 def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from keras_transformer.serving.options import ServeOptions
-    from keras_transformer.serving.server import DEFAULT_HOST, DEFAULT_PORT
+    from keras_transformer.serving.options import ServeOptions, ServerSettings
 
     # The search flags: a request's defaults.
     _add_decoding_arguments(parser, preset=True)
-    parser.add_argument(
-        "--engine",
-        choices=("keras", "ctranslate2", "savedmodel", "onnx"),
-        default="keras",
-        help="keras (the run's model, attention plots), ctranslate2, "
-        "savedmodel or onnx (an export: --export-dir, or made at start-up) "
-        "(default: keras)",
-    )
-    _add_quantize_argument(parser, engines=True)
-    parser.add_argument(
-        "--export-dir",
-        help="ctranslate2 / savedmodel / onnx: an existing export of the run "
-        "(default: export it to a temporary directory at start-up)",
-    )
-    parser.add_argument(
-        "--host",
-        default=DEFAULT_HOST,
-        help=f"address to listen on (default: {DEFAULT_HOST}, this machine "
-        "only; any other needs --allow-remote)",
-    )
-    parser.add_argument(
-        "--port",
-        type=_at_least(0, maximum=65535),  # A larger one wraps around silently.
-        default=DEFAULT_PORT,
-        help=f"port (0: a free one, printed at start) (default: {DEFAULT_PORT})",
-    )
-    parser.add_argument(
-        "--allow-remote",
-        action="store_true",
-        help="allow a --host reachable from other machines (no authentication, "
-        "no TLS: put it behind your own proxy)",
-    )
-    parser.add_argument(
-        "--allowed-beam-sizes",
-        help="comma-separated beam sizes a request may ask for, each compiled "
-        "before the server is ready (default: 1 and --beam-size; a SavedModel: "
-        "its own)",
-    )
-    parser.add_argument(
-        "--allowed-alphas",
-        help="comma-separated length-penalty alphas a request may ask for "
-        "(default: --alpha)",
-    )
-    parser.add_argument(
-        "--allowed-sampling",
-        help="comma-separated sampling methods a request may draw with, "
-        "METHOD:VALUE[:TEMPERATURE] each (top-k:10 draws among the 10 most "
-        "probable tokens, top-p:0.9:0.7 among the top 0.9 of the mass at "
-        "temperature 0.7), each compiled before the server is ready; a "
-        "request's seed and num_samples are free (--engine keras; default: "
-        "none)",
-    )
-    parser.add_argument(
-        "--ensemble",
-        nargs="+",
-        metavar="MODEL_OR_RUN",
-        default=[],
-        help="decode with these models too, as translate --ensemble does "
-        "(--engine keras, with --run-dir)",
-    )
-    parser.add_argument(
-        "--allow-constraints",
-        action="store_true",
-        help="requests may give constraints (target phrases the translation "
-        "must contain) and target_prefix; the constrained search of each "
-        "allowed beam size is compiled before the server is ready (--engine "
-        "keras)",
-    )
-    parser.add_argument(
-        "--warmup-tokens",
-        type=_at_least(8),
-        default=64,
-        help="warm-up: compile the searches of sources up to this many tokens "
-        "(longer ones, up to --max-text-tokens, compile on first use, logged "
-        "and counted in /metrics). Not --max-text-tokens by default: 64 took "
-        "3-5 min on 2 CPU cores (149 programs, a tiny model), and 256 (4 times "
-        "the batch shapes) crashed when its programs filled the kernel's memory "
-        "mappings (vm.max_map_count): docs/serving.md (default: 64)",
-    )
-    parser.add_argument(
-        "--source-language",
-        default="en",
-        help="language of the source texts, for splitting documents into "
-        "sentences (an ISO 639 code) (default: en)",
-    )
-    parser.add_argument(
-        "--cors-origin",
-        action="append",
-        default=[],
-        metavar="ORIGIN",
-        help="an origin whose pages may call the API (repeatable; e.g. "
-        "https://example.org) (default: none)",
-    )
-    parser.add_argument(
-        "--api-key-file",
-        help="a file holding a key: every request but /healthz, /readyz and the "
-        "demo page's files then needs 'Authorization: Bearer KEY'; the page "
-        "asks for the key (default: no key)",
-    )
-    parser.add_argument(
-        "--log-format",
-        choices=("text", "json"),
-        default="text",
-        help="the per-request log lines on stderr: key=value text or one JSON "
-        "object per line (default: text)",
-    )
-    for field in dataclasses.fields(ServeOptions):
-        _add_option(parser, field)
+    _add_setting_flags(parser, ServerSettings)
+    _add_setting_flags(parser, ServeOptions)
 
 
 def _add_translate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -553,33 +467,10 @@ def _add_average_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    from keras_transformer.export.options import ExportOptions
+
     _add_decoding_arguments(parser)
-    parser.add_argument(
-        "--out", required=True, help="the directory to create (must not exist)"
-    )
-    parser.add_argument(
-        "--format",
-        choices=("savedmodel", "ctranslate2", "preset", "onnx"),
-        default="savedmodel",
-        help="savedmodel (TensorFlow serving, search inside), ctranslate2 "
-        "(weights for CTranslate2; the search settings are recorded in "
-        "export.json), preset (keras-hub's layout, for "
-        "TransformerSeq2SeqLM.from_preset and --preset) or onnx (the encoder "
-        "and a cached decoder step for onnxruntime: translate --onnx, serve "
-        "--engine onnx) (default: savedmodel)",
-    )
-    parser.add_argument(
-        "--quantization",
-        choices=QUANTIZATIONS,
-        help="ctranslate2: its weight type; savedmodel: int8 (Keras's int8 "
-        "projections and embeddings) (default: float32)",
-    )
-    parser.add_argument(
-        "--max-positions",
-        type=_at_least(1),
-        help="CTranslate2: rows of the sinusoidal position table, the longest "
-        f"source or output it can encode (default: {DEFAULT_MAX_POSITIONS})",
-    )
+    _add_setting_flags(parser, ExportOptions)
 
 
 def _add_summary_arguments(parser: argparse.ArgumentParser) -> None:

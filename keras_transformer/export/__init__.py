@@ -12,8 +12,9 @@
 - `common`: what the targets share: opening the run, the output
   directory, the record each export writes beside its files, the child
   process an export runs in under another backend.
-- `options`: the choices and defaults of the export flags (light: the
-  command line reads them at start-up).
+- `options`: the export flags (`ExportOptions`, light: the command line
+  reads them at start-up); `targets`: `export_run`, which runs the
+  exporter of the format they name.
 
 Every exporter takes the run directory, the output directory and one
 `SearchSettings`. Importing this package loads nothing heavy: each public
@@ -26,7 +27,9 @@ from keras_transformer.utils.lazy import lazy_exports
 
 _EXPORTS = {
     "DEFAULT_MAX_POSITIONS": ".options",
+    "ExportOptions": ".options",
     "QUANTIZATIONS": ".options",
+    "export_run": ".targets",
     "export_ctranslate2": ".ctranslate2",
     "EXPORT_INFO": ".savedmodel",
     "IDS_ONLY": ".savedmodel",

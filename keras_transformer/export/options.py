@@ -1,5 +1,16 @@
-"""The export flags' choices and defaults (light: read at start-up)."""
+"""The flags of `keras-transformer export`, declared and checked once.
 
+`ExportOptions` holds them; `targets.export_run` runs the exporter of the
+format they name. Light: the command line reads it at start-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from keras_transformer.utils.setting_fields import check_setting, setting
+
+FORMATS = ("savedmodel", "ctranslate2", "preset", "onnx")
 #: Weight types `quantization` accepts (CTranslate2's names); None keeps float32.
 QUANTIZATIONS = (
     "int8",
@@ -14,3 +25,61 @@ QUANTIZATIONS = (
 #: Rows of the positional table: CTranslate2's default `max_input_length` plus
 #: room for the target side's extra length.
 DEFAULT_MAX_POSITIONS = 1024 + 256
+
+# How each format that holds float32 weights is quantized instead.
+_QUANTIZED_ELSEWHERE = {
+    "preset": "a preset is quantized as it loads: translate, evaluate or serve "
+    "--preset DIR --quantize int8",
+    "onnx": "translate --onnx and serve --engine onnx run the float32 weights it "
+    "holds; for int8 use --format savedmodel --quantization int8, or translate "
+    "--run-dir R --quantize int8",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    """Which target `export` writes, where, and the flags of one target.
+    Refused before any run is read: a flag of another format, a weight type
+    the format cannot hold."""
+
+    out: str = setting(
+        dataclasses.MISSING, "the directory to create (must not exist)", metavar="DIR"
+    )
+    format: str = setting(
+        "savedmodel",
+        "savedmodel (TensorFlow serving, search inside), ctranslate2 (weights for "
+        "CTranslate2; the search settings are recorded in export.json), preset "
+        "(keras-hub's layout, for TransformerSeq2SeqLM.from_preset and --preset) "
+        "or onnx (the encoder and a cached decoder step for onnxruntime: "
+        "translate --onnx, serve --engine onnx)",
+        choices=FORMATS,
+    )
+    quantization: str | None = setting(
+        None,
+        "ctranslate2: its weight type; savedmodel: int8 (Keras's int8 projections "
+        "and embeddings)",
+        choices=QUANTIZATIONS,
+        shown_default="float32",
+    )
+    max_positions: int | None = setting(
+        None,
+        "CTranslate2: rows of the sinusoidal position table, the longest source "
+        "or output it can encode",
+        minimum=1,
+        shown_default=str(DEFAULT_MAX_POSITIONS),
+    )
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            check_setting(field, getattr(self, field.name))
+        if self.format == "ctranslate2":
+            return
+        if self.max_positions is not None:
+            raise ValueError("--max-positions applies to --format ctranslate2 only.")
+        if self.quantization in (None, "float32") or self.format == "savedmodel":
+            return  # A SavedModel takes int8 (checked by its exporter) or float32.
+        raise ValueError(
+            "--quantization applies to --format ctranslate2 (its weight types) and "
+            f"savedmodel (int8); a {self.format} export holds float32 weights: "
+            f"{_QUANTIZED_ELSEWHERE[self.format]}."
+        )

@@ -1,8 +1,10 @@
-"""`ServeOptions`: the numeric flags of `keras-transformer serve`, checked once.
+"""The flags of `keras-transformer serve`, each declared and checked once.
 
-The flags are made from these fields (`max_wait_ms` is `--max-wait-ms`), as
-`train`'s are from `TrainOptions`. Light to import: the command line reads
-it before Keras starts.
+`ServeOptions` holds the batching and the limits of one request,
+`ServerSettings` what is served, where, who may call it and which search
+settings a request may ask for. `serve`'s flags are made from their fields
+(`max_wait_ms` is `--max-wait-ms`), as `train`'s are from `TrainOptions`.
+Light to import: the command line reads it before Keras starts.
 """
 
 from __future__ import annotations
@@ -10,7 +12,15 @@ from __future__ import annotations
 import dataclasses
 
 from keras_transformer.decoding.sampling import SamplingSettings
+from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.quantization import QUANTIZE_MODES
 from keras_transformer.utils.setting_fields import check_setting, setting
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+ENGINES = ("keras", "ctranslate2", "savedmodel", "onnx")
+#: The engines that `--quantize` applies to (the others run an export as is).
+QUANTIZING_ENGINES = ("keras", "ctranslate2")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,3 +266,138 @@ def parse_sampling_list(text: str) -> tuple[SamplingSettings, ...]:
 
 def _listed(values: tuple) -> str:
     return ",".join(map(str, values))
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSettings:
+    """What `serve` runs and where, who may call it, and which search
+    settings a request may ask for (each compiled before the server is
+    ready). The request's defaults are the search flags (`SearchSettings`)."""
+
+    engine: str = setting(
+        "keras",
+        "keras (the run's model, attention plots), ctranslate2, savedmodel or "
+        "onnx (an export: --export-dir, or made at start-up)",
+        choices=ENGINES,
+    )
+    quantize: str | None = setting(
+        None,
+        "decode with int8 weights (keras: Keras's int8 projections and "
+        "embeddings; ctranslate2: its int8 compute type)",
+        choices=QUANTIZE_MODES,
+        shown_default="float32",
+    )
+    export_dir: str | None = setting(
+        None,
+        "ctranslate2 / savedmodel / onnx: an existing export of the run",
+        shown_default="export it to a temporary directory at start-up",
+    )
+    host: str = setting(
+        DEFAULT_HOST,
+        "address to listen on (any but this machine's needs --allow-remote)",
+        shown_default=f"{DEFAULT_HOST}, this machine only",
+    )
+    # A port above 65535 would wrap around silently.
+    port: int = setting(
+        DEFAULT_PORT, "port (0: a free one, printed at start)", minimum=0, maximum=65535
+    )
+    allow_remote: bool = setting(
+        False,
+        "allow a --host reachable from other machines (no authentication, no "
+        "TLS: put it behind your own proxy)",
+    )
+    allowed_beam_sizes: str | None = setting(
+        None,
+        "comma-separated beam sizes a request may ask for, each compiled before "
+        "the server is ready",
+        shown_default="1 and --beam-size; a SavedModel: its own",
+    )
+    allowed_alphas: str | None = setting(
+        None,
+        "comma-separated length-penalty alphas a request may ask for",
+        shown_default="--alpha",
+    )
+    allowed_sampling: str | None = setting(
+        None,
+        "comma-separated sampling methods a request may draw with, "
+        "METHOD:VALUE[:TEMPERATURE] each (top-k:10 draws among the 10 most "
+        "probable tokens, top-p:0.9:0.7 among the top 0.9 of the mass at "
+        "temperature 0.7), each compiled before the server is ready; a "
+        "request's seed and num_samples are free (--engine keras)",
+        shown_default="none",
+    )
+    allow_constraints: bool = setting(
+        False,
+        "requests may give constraints (target phrases the translation must "
+        "contain) and target_prefix; the constrained search of each allowed "
+        "beam size is compiled before the server is ready (--engine keras)",
+    )
+    ensemble: tuple[str, ...] = setting(
+        (),
+        "decode with this model or run too, as translate --ensemble does "
+        "(--engine keras, with --run-dir)",
+        metavar="MODEL_OR_RUN",
+    )
+    warmup_tokens: int = setting(
+        64,
+        "warm-up: compile the searches of sources up to this many tokens "
+        "(longer ones, up to --max-text-tokens, compile on first use, logged "
+        "and counted in /metrics). Not --max-text-tokens by default: 64 took "
+        "3-5 min on 2 CPU cores (149 programs, a tiny model), and 256 (4 times "
+        "the batch shapes) crashed when its programs filled the kernel's memory "
+        "mappings (vm.max_map_count): docs/serving.md",
+        minimum=8,
+    )
+    source_language: str = setting(
+        "en",
+        "language of the source texts, for splitting documents into sentences "
+        "(an ISO 639 code)",
+    )
+    cors_origin: tuple[str, ...] = setting(
+        (),
+        "an origin whose pages may call the API (e.g. https://example.org)",
+        metavar="ORIGIN",
+    )
+    api_key_file: str | None = setting(
+        None,
+        "a file holding a key: every request but /healthz, /readyz and the "
+        "demo page's files then needs 'Authorization: Bearer KEY'; the page "
+        "asks for the key",
+        shown_default="no key",
+    )
+    log_format: str = setting(
+        "text",
+        "the per-request log lines on stderr: key=value text or one JSON object "
+        "per line",
+        choices=("text", "json"),
+    )
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            check_setting(field, getattr(self, field.name))
+        # Lists from the command line: the fields hold them as tuples.
+        object.__setattr__(self, "ensemble", tuple(self.ensemble))
+        object.__setattr__(self, "cors_origin", tuple(self.cors_origin))
+
+    def allowed(self, settings: SearchSettings) -> AllowedSettings | None:
+        """The search settings a request may ask for: the lists given,
+        around the server's own `settings`; None: the engine's default."""
+        allowed = None
+        default = AllowedSettings.around(settings.beam_size, settings.alpha)
+        beams, alphas = self.allowed_beam_sizes, self.allowed_alphas
+        if beams or alphas:
+            allowed = AllowedSettings(
+                parse_list("--allowed-beam-sizes", beams, int)
+                if beams
+                else default.beam_sizes,
+                parse_list("--allowed-alphas", alphas, float)
+                if alphas
+                else default.alphas,
+            )
+            allowed.require(settings.beam_size, settings.alpha)
+        if self.allowed_sampling or self.allow_constraints:
+            allowed = (allowed or default).replace(
+                sampling=parse_sampling_list(self.allowed_sampling or ""),
+                constraints=self.allow_constraints,
+            )
+        return allowed

@@ -18,7 +18,6 @@ with status 0.
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import logging
 import signal
@@ -29,10 +28,11 @@ from pathlib import Path
 
 from keras_transformer.data.block_encoding import available_cores
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.serving.options import AllowedSettings, ServeOptions
-
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
+from keras_transformer.serving.options import (
+    DEFAULT_HOST,
+    ServeOptions,
+    ServerSettings,
+)
 
 
 def check_host(host: str, allow_remote: bool) -> None:
@@ -119,61 +119,55 @@ def default_threads(workers: int) -> int:
     return max(1, (available_cores() - 1) // workers)
 
 
-@dataclasses.dataclass(frozen=True)
-class HttpPolicy:
-    """Who may call the server and how it logs (the flags beside `ServeOptions`)."""
-
-    allowed: AllowedSettings | None = None  # None: the engine's default.
-    cors_origins: tuple[str, ...] = ()
-    api_key_file: str | None = None
-    log_format: str = "text"
-    source_language: str = "en"
-    warmup_tokens: int = 64
-
-
 def serve(
     *,
     run_dir: str | None,
-    engine: str,
     settings: SearchSettings,
     options: ServeOptions,
-    policy: HttpPolicy = HttpPolicy(),
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
-    allow_remote: bool = False,
+    server: ServerSettings | None = None,
     model: str | None = None,
-    export_dir: str | None = None,
     preset: str | None = None,
-    quantize: str | None = None,
-    ensemble: tuple[str, ...] = (),
 ) -> int:
     """Serve the run in `run_dir` (or the `preset` directory) until SIGTERM
-    or Ctrl-C; returns 0. `quantize`, `ensemble`: see `open_engine`."""
+    or Ctrl-C; returns 0. `settings` are a request's defaults, `options`
+    the batching and limits, `server` the rest of `serve`'s flags (None:
+    their defaults)."""
     from keras_transformer.utils.optional_imports import require
 
-    check_host(host, allow_remote)
+    server = server or ServerSettings()
+    if preset and server.export_dir:
+        raise ValueError("--preset and --export-dir both name the weights: pass one.")
+    if server.ensemble and preset:
+        raise ValueError("--ensemble needs --run-dir (not --preset) for the run.")
+    allowed = server.allowed(settings)
+    check_host(server.host, server.allow_remote)
     for module in ("fastapi", "uvicorn", "prometheus_client", "sentencex"):
         require(module, "serve", "keras-transformer serve")  # Before the loading.
     from keras_transformer.serving.documents import check_language
     from keras_transformer.serving.guards import read_api_key
     from keras_transformer.serving.observability import configure_logging
 
-    language = check_language(policy.source_language)
-    api_key = read_api_key(policy.api_key_file) if policy.api_key_file else None
-    configure_logging(policy.log_format)
+    language = check_language(server.source_language)
+    api_key = read_api_key(server.api_key_file) if server.api_key_file else None
+    configure_logging(server.log_format)
     with tempfile.TemporaryDirectory(prefix="keras-transformer-serve-") as scratch:
-        if preset is not None and engine == "keras":  # `open_model` reads it.
+        if preset is not None and server.engine == "keras":  # `open_model` reads it.
             run_dir = str(preset)
         elif preset is not None:  # The exporters read runs: the preset as one.
             from keras_transformer.export.preset import preset_as_run
 
             run_dir = str(preset_as_run(preset, Path(scratch) / "preset-run"))
-        weights = _Weights(model, export_dir, quantize, tuple(ensemble))
-        serving = _open(engine, run_dir, settings, options, policy, weights, scratch)
+        serving = _open(run_dir, model, settings, options, server, allowed, scratch)
         serving.language = language
-        app = _guarded(serving, policy, api_key, host)
+        app = _guarded(serving, server, api_key)
         try:
-            _serve_on(app, bind(host, port), host, serving.engine.name, options)
+            _serve_on(
+                app,
+                bind(server.host, server.port),
+                server.host,
+                serving.engine.name,
+                options,
+            )
         finally:
             serving.batcher.stop()
             serving.engine.close()
@@ -181,18 +175,7 @@ def serve(
     return 0
 
 
-@dataclasses.dataclass(frozen=True)
-class _Weights:
-    """Which weights an engine serves, and how: a model file of the run or
-    an export directory, and a quantization."""
-
-    model: str | None = None
-    export_dir: str | None = None
-    quantize: str | None = None
-    ensemble: tuple[str, ...] = ()  # More models, decoding with the run's.
-
-
-def _open(engine_name, run_dir, settings, options, policy, weights, scratch):
+def _open(run_dir, model, settings, options, server, allowed, scratch):
     """The engine, its batcher and metrics, as the application's `Serving`."""
     import keras
 
@@ -201,22 +184,23 @@ def _open(engine_name, run_dir, settings, options, policy, weights, scratch):
     from keras_transformer.serving.engines.selection import open_engine
     from keras_transformer.serving.observability import ServerMetrics
 
-    workers = decode_workers(engine_name, options.workers, keras.backend.backend())
-    batch_size = options.max_batch_size or default_batch_size(engine_name)
+    name = server.engine
+    workers = decode_workers(name, options.workers, keras.backend.backend())
+    batch_size = options.max_batch_size or default_batch_size(name)
     engine = open_engine(
-        engine_name,
+        name,
         run_dir,
         settings,
-        model=weights.model,
-        export_dir=weights.export_dir,
-        quantize=weights.quantize,
-        ensemble=weights.ensemble,
+        model=model,
+        export_dir=server.export_dir,
+        quantize=server.quantize,
+        ensemble=server.ensemble,
         scratch=Path(scratch),
         batch_size=batch_size,
         threads=options.threads or default_threads(workers),
         workers=workers,
     )
-    allowed = engine.allowed(policy.allowed)
+    allowed = engine.allowed(allowed)
     # Read at scrape time: the batcher exists by then.
     metrics = ServerMetrics(stats=lambda: batcher.stats())
     batcher = Batcher(
@@ -235,11 +219,11 @@ def _open(engine_name, run_dir, settings, options, policy, weights, scratch):
         settings=engine.settings,
         allowed=allowed,
         metrics=metrics,
-        warmup_tokens=min(policy.warmup_tokens, options.max_text_tokens),
+        warmup_tokens=min(server.warmup_tokens, options.max_text_tokens),
     )
 
 
-def _guarded(serving, policy: HttpPolicy, api_key, host: str):
+def _guarded(serving, server: ServerSettings, api_key):
     """The application inside its middleware: the request log outermost
     (it sees every answer, refusals included), then CORS (a preflight is
     answered before the token check, which browsers send it without; the
@@ -251,15 +235,15 @@ def _guarded(serving, policy: HttpPolicy, api_key, host: str):
 
     app = Guard(
         create_app(serving),
-        loopback_only=is_loopback(host),
-        cors_origins=policy.cors_origins,
+        loopback_only=is_loopback(server.host),
+        cors_origins=server.cors_origin,
         api_key=api_key,
-        host=host,
+        host=server.host,
     )
-    if policy.cors_origins:
+    if server.cors_origin:
         app = JsonCors(
             app,
-            allow_origins=list(policy.cors_origins),
+            allow_origins=list(server.cors_origin),
             allow_methods=["GET", "HEAD", "POST"],
             allow_headers=["Content-Type", "Authorization", "X-Request-ID"],
             expose_headers=["X-Request-ID", "Retry-After"],

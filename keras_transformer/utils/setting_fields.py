@@ -24,11 +24,16 @@ def setting(
     strict: bool = False,
     choices=None,
     flag: bool = True,
+    metavar: str | None = None,
+    shown_default: str | None = None,
 ):
     """A field with what the CLI and validation need.
 
     `strict`: the value must exceed `minimum` (a zero would mean no work);
-    `maximum`: an inclusive upper bound; `flag=False`: no command-line flag.
+    `maximum`: an inclusive upper bound; `flag=False`: no command-line flag;
+    `metavar`: the flag's value in the help; `shown_default`: the help's
+    "(default: ...)" where the value alone does not say it (None: float32).
+    A `tuple[str, ...]` field is a flag of one value or more, repeatable.
     A dict or dataclass default is copied for every instance.
     """
     metadata = {
@@ -38,6 +43,8 @@ def setting(
         "strict": strict,
         "choices": choices,
         "flag": flag,
+        "metavar": metavar,
+        "shown_default": shown_default,
     }
     if isinstance(default, dict) or dataclasses.is_dataclass(default):
         return dataclasses.field(default_factory=type(default), metadata=metadata)
@@ -56,7 +63,12 @@ def check_setting(field: dataclasses.Field, value: Any) -> None:
     where = f"{field.name} ({flag_name(field.name)})"
     if field.type == "bool" and not isinstance(value, bool):
         raise ValueError(f"{where} must be True or False. Received: {value!r}")
-    if choices is not None and value not in choices:
+    optional = field.type.endswith("| None")
+    if (
+        choices is not None
+        and value not in choices
+        and not (optional and value is None)
+    ):
         raise ValueError(
             f"{where} must be one of {', '.join(map(str, choices))}. "
             f"Received: {value!r}"

@@ -35,8 +35,6 @@ from __future__ import annotations
 from keras_transformer.utils.lazy import lazy_exports
 
 _EXPORTS = {
-    "ENGINES": ".base",
-    "QUANTIZING_ENGINES": ".base",
     "AttentionUnavailable": ".base",
     "Engine": ".base",
     "KerasEngine": ".keras_engine",

@@ -17,13 +17,6 @@ from keras_transformer.version import __version__
 Hypotheses = list[tuple[str, float]]
 
 
-ENGINES = ("keras", "ctranslate2", "savedmodel", "onnx")
-
-
-#: The engines that `--quantize` applies to (the others run an export as is).
-QUANTIZING_ENGINES = ("keras", "ctranslate2")
-
-
 # What the score of `Translator`'s search (and of the exports that search
 # as it does) is, for /v1/info.
 SEARCH_SCORE = (

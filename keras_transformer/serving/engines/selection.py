@@ -8,15 +8,12 @@ from pathlib import Path
 
 from keras_transformer.decoding.opening import open_model
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.serving.engines.base import (
-    ENGINES,
-    QUANTIZING_ENGINES,
-    Engine,
-)
+from keras_transformer.serving.engines.base import Engine
 from keras_transformer.serving.engines.ctranslate2_engine import CTranslate2Engine
 from keras_transformer.serving.engines.keras_engine import KerasEngine
 from keras_transformer.serving.engines.onnx_engine import OnnxEngine
 from keras_transformer.serving.engines.savedmodel_engine import SavedModelEngine
+from keras_transformer.serving.options import ENGINES, QUANTIZING_ENGINES
 
 
 def open_engine(

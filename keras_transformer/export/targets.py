@@ -1,0 +1,58 @@
+"""Which exporter writes the format `ExportOptions` names: `export_run`.
+
+Each exporter loads on first use, so `export --format onnx` loads no
+TensorFlow and `--format savedmodel` no torch.
+"""
+
+from __future__ import annotations
+
+import os
+
+from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, ExportOptions
+
+
+def export_run(
+    run_dir: str | os.PathLike,
+    options: ExportOptions,
+    settings: SearchSettings,
+    *,
+    model: str | os.PathLike | None = None,
+) -> str:
+    """Write the export `options` asks for of the run in `run_dir` (its
+    `model` file, else its final model) with the search `settings`; returns
+    a line that says where it is and how to use it."""
+    out = options.out
+    if options.format == "ctranslate2":
+        from keras_transformer.export.ctranslate2 import export_ctranslate2
+
+        path = export_ctranslate2(
+            run_dir,
+            out,
+            settings,
+            model=model,
+            quantization=options.quantization,
+            max_positions=options.max_positions or DEFAULT_MAX_POSITIONS,
+        )
+        return (
+            f"CTranslate2 model written to {path} (how to call it: {path}/export.json)"
+        )
+    if options.format == "onnx":
+        from keras_transformer.export.onnx import export_onnx
+
+        path = export_onnx(run_dir, out, settings, model=model)
+        return (
+            f"ONNX graphs written to {path} (translate --onnx {path}, serve "
+            f"--engine onnx --export-dir {path}; see {path}/export.json)"
+        )
+    if options.format == "preset":
+        from keras_transformer.export.preset import export_preset
+
+        path = export_preset(run_dir, out, settings, model=model)
+        return f"Preset written to {path} (TransformerSeq2SeqLM.from_preset, --preset)"
+    from keras_transformer.export.savedmodel import export_translator
+
+    # int8, or float32 (the default) as None; others refused, named.
+    quantize = None if options.quantization == "float32" else options.quantization
+    path = export_translator(run_dir, out, settings, model=model, quantize=quantize)
+    return f"SavedModel written to {path} (signatures: see {path}/assets/export.json)"
