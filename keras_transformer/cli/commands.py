@@ -245,16 +245,25 @@ def _records(args: argparse.Namespace, translator, lines, guides) -> list[dict]:
 
 
 def _report_unmet(records: list[dict], args: argparse.Namespace) -> None:
-    """Name each input line whose constraints no translation could meet
-    (the translation is still written: the best one found)."""
+    """Name each input line whose constraints or target prefix no
+    translation could meet (the translation is still written: the best one
+    found, which then holds only the start of the prefix)."""
     for number, record in enumerate(records, 1):
-        unmet = record.get("constraints", {}).get("unmet")
-        if unmet:
+        report = record.get("constraints", {})
+        if report.get("unmet"):
             print(
                 f"keras-transformer translate: warning: {args.constraints}:"
                 f"{number}: no translation within the length limit contains "
-                f"{', '.join(repr(p) for p in unmet)}; wrote the best one "
-                "found without it.",
+                f"{', '.join(repr(p) for p in report['unmet'])}; wrote the best "
+                "one found without it.",
+                file=sys.stderr,
+            )
+        if report.get("prefix") == "unmet":
+            print(
+                f"keras-transformer translate: warning: {args.target_prefix}:"
+                f"{number}: the prefix is longer than the length limit (the "
+                "source's tokens + --max-extra-length); the translation holds "
+                "only its start.",
                 file=sys.stderr,
             )
 

@@ -43,6 +43,10 @@ UNSET_MEANS = {
 }
 
 
+#: The most samples one input may ask for (`num_samples`).
+MAX_SAMPLES = 1000
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingSettings:
     """How to draw translations: "greedy" (the default) draws nothing, the
@@ -83,7 +87,11 @@ class SamplingSettings:
         minimum=0,
         maximum=2**32 - 1,
     )
-    num_samples: int | None = setting(None, "samples drawn per input", minimum=1)
+    # Each sample is a row of the search: a million ran for minutes before
+    # its first output. More than 1,000 per input is refused, named.
+    num_samples: int | None = setting(
+        None, "samples drawn per input", minimum=1, maximum=MAX_SAMPLES
+    )
 
     def __post_init__(self) -> None:
         if self.temperature == 0:

@@ -12,6 +12,7 @@ from keras_transformer.decoding import scoring
 from keras_transformer.decoding.batching import (
     best_ids,
     detokenize,
+    ladder_length,
     length_order,
     nbest_lists,
     pad_batch,
@@ -27,10 +28,11 @@ from keras_transformer.decoding.settings import SearchSettings, search_settings
 class Translator:
     """Tokenize, decode (greedy or beam search), detokenize, in batches.
 
-    Sentences are sorted by length and padded to multiples of 8, and every
-    batch has `batch_size` rows, or for a short last batch `batch_size`
-    divided by a power of 4 (completed with empty rows), so the compiled
-    search sees a small fixed set of shapes.
+    Sentences are sorted by length and padded to `batching.ladder_length`
+    (8, 16, 24, 32, 48, 64, 96, ...), and every batch has `batch_size`
+    rows, or for a short last batch `batch_size` divided by a power of 4
+    (completed with empty rows), so the compiled search sees a small fixed
+    set of shapes.
 
     Args:
         model: a `Transformer`.
@@ -142,7 +144,7 @@ class Translator:
             rows += [[]] * (size - len(rows))
             indices = [i for i, _ in chunk]
             gone = None if abandoned is None else _rows_of(abandoned, indices, size)
-            source = pad_batch(rows)
+            source = pad_batch(rows, ladder_length(max(map(len, rows))))
             uniform = self._uniform(source, chunk, size)
             sequences, scores = self.generator(source, gone, uniform)
             for row, index in enumerate(indices):
@@ -278,8 +280,9 @@ class Translator:
             chunk = order[start : start + self.batch_size]
             size = smaller_batch_size(self.batch_size, len(chunk))
             filler = [[]] * (size - len(chunk))
+            rows = [encoded[i] for i in chunk] + filler
             found = self.constrained_generator()(
-                pad_batch([encoded[i] for i in chunk] + filler),
+                pad_batch(rows, ladder_length(max(map(len, rows)))),
                 [constraints[i] for i in chunk] + filler,
                 [prefixes[i] for i in chunk] + filler,
             )

@@ -41,6 +41,7 @@ from keras_transformer.serving import jobs, schema
 from keras_transformer.serving.batcher import Batcher, Overloaded
 from keras_transformer.serving.documents import split_document
 from keras_transformer.serving.engines.base import AttentionUnavailable, Engine
+from keras_transformer.serving.mappings import mappings_exhausted, maps_running_short
 from keras_transformer.serving.observability import ServerMetrics
 from keras_transformer.serving.options import AllowedSettings, ServeOptions
 from keras_transformer.serving.schema import RequestError
@@ -84,6 +85,8 @@ class Serving:
     stopping: bool = False  # Shutting down: the warm-up ends early.
     warmup_seconds: float | None = None
     warmup_error: str | None = None
+    # Why no program may be compiled any more (`serving.mappings`), or None.
+    mappings_short: str | None = None
     _compiled: int = 0  # Compilations counted in the metrics so far.
 
     def warm_up(self) -> None:
@@ -93,6 +96,12 @@ class Serving:
         before = compilations()
 
         def stop() -> bool:  # Shutting down: the warm-up ends early.
+            exhausted = mappings_exhausted()
+            if exhausted is not None:  # Refused before the limit crashes it.
+                raise RuntimeError(
+                    f"the warm-up stopped after {compilations() - before} "
+                    f"programs: {exhausted}"
+                )
             return self.stopping
 
         searches = self.engine.warm_up(self.allowed, self.warmup_tokens, stop)
@@ -136,40 +145,22 @@ class Serving:
             short = maps_running_short()
             if short:
                 log.warning(short)
+            self.mappings_short = mappings_exhausted()
         self._compiled = now
 
-
-def memory_maps() -> tuple[int, int] | None:
-    """(memory mappings this process holds, the kernel's limit on them,
-    vm.max_map_count); None where /proc does not say (not Linux)."""
-    try:
-        with open("/proc/self/maps", "rb") as lines:
-            used = sum(1 for _ in lines)
-        with open("/proc/sys/vm/max_map_count", encoding="ascii") as limit:
-            return used, int(limit.read())
-    except (OSError, ValueError):
-        return None
-
-
-def maps_running_short(maps=memory_maps) -> str | None:
-    """A warning when over half the memory mappings the kernel allows are
-    in use, else None. XLA's CPU code for each compiled program holds about
-    150 mappings (the test model; more layers, more): the 149 programs of
-    the default warm-up held 21,800 of Linux's default 65,530, and
-    `--warmup-tokens 256` (about 4 times the programs) ran out: the next
-    compile failed ("LLVM compilation error: Cannot allocate memory") and
-    the process crashed (docs/serving.md, "Warm-up and readiness")."""
-    found = maps()
-    if found is None or found[0] <= found[1] // 2:
-        return None
-    used, limit = found
-    return (
-        f"this process holds {used:,} memory mappings of the {limit:,} the kernel "
-        "allows (vm.max_map_count): each program XLA compiles for the CPU holds "
-        "about 150 more, and past the limit a compile fails and the process "
-        "crashes. Lower --warmup-tokens, allow fewer settings or a smaller "
-        "--max-batch-size, or raise vm.max_map_count (sysctl)."
-    )
+    def check_compiles(self, counts: list[int]) -> None:
+        """Refuse (503) texts that would compile a program (longer than the
+        warm-up reached) once compiled programs near the mapping limit."""
+        if self.mappings_short is not None and max(counts, default=0) > (
+            self.warmup_tokens
+        ):
+            raise RequestError(
+                503,
+                None,
+                f"Texts of more than {self.warmup_tokens} tokens need programs "
+                f"the warm-up did not compile, and {self.mappings_short} "
+                f"Texts of up to {self.warmup_tokens} tokens are served.",
+            )
 
 
 def create_app(serving: Serving) -> FastAPI:
@@ -247,6 +238,8 @@ def _add_status(app: FastAPI, serving: Serving) -> None:
     @app.api_route("/readyz", methods=["GET", "HEAD"])
     def readyz() -> dict[str, Any]:
         _check_ready(serving)
+        if serving.mappings_short is not None:  # Out of rotation: restart it.
+            raise RequestError(503, None, f"Not ready: {serving.mappings_short}")
         return {"ready": True, "warmup_seconds": serving.warmup_seconds}
 
     @app.api_route("/metrics", methods=["GET", "HEAD"], include_in_schema=False)
@@ -325,6 +318,7 @@ def _add_translate(app: FastAPI, serving: Serving) -> None:
             documents, texts = None, job.texts
             fields = [f"texts[{index}]" for index in range(len(texts))]
         counts = _token_counts(serving.engine, serving.options, fields, texts)
+        serving.check_compiles(counts)
         request.state.texts, request.state.tokens = len(texts), sum(counts)
         items = texts
         if job.guided:

@@ -338,15 +338,16 @@ class ServerSettings:
         "(--engine keras, with --run-dir)",
         metavar="MODEL_OR_RUN",
     )
+    # Every allowed request shape compiled before ready: then no request
+    # compiles, and the programs (and their memory mappings) are bounded.
     warmup_tokens: int = setting(
-        64,
-        "warm-up: compile the searches of sources up to this many tokens "
-        "(longer ones, up to --max-text-tokens, compile on first use, logged "
-        "and counted in /metrics). Not --max-text-tokens by default: 64 took "
-        "3-5 min on 2 CPU cores (149 programs, a tiny model), and 256 (4 times "
-        "the batch shapes) crashed when its programs filled the kernel's memory "
-        "mappings (vm.max_map_count): docs/serving.md",
-        minimum=8,
+        0,
+        "warm-up: compile the searches of sources up to this many tokens; "
+        "longer ones, up to --max-text-tokens, compile on first use (logged, "
+        "counted in /metrics, and refused with 503 once compiled programs "
+        "near the kernel's vm.max_map_count: docs/serving.md) (0: all of "
+        "--max-text-tokens)",
+        minimum=0,
     )
     source_language: str = setting(
         "en",

@@ -219,7 +219,9 @@ def _open(run_dir, model, settings, options, server, allowed, scratch):
         settings=engine.settings,
         allowed=allowed,
         metrics=metrics,
-        warmup_tokens=min(server.warmup_tokens, options.max_text_tokens),
+        warmup_tokens=min(
+            server.warmup_tokens or options.max_text_tokens, options.max_text_tokens
+        ),
     )
 
 

@@ -128,6 +128,21 @@ def test_an_unsatisfiable_constraint_is_reported_for_its_line(
     assert f"{constraints}:3: no translation within the length limit" in captured.err
 
 
+def test_a_prefix_past_the_length_limit_is_reported_for_its_line(
+    run_dir, source, tmp_path, capsys
+):
+    """It used to be cut to the limit without a word (issue 50)."""
+    long_prefix = " ".join(["garden"] * 30)  # Longer than any output may be.
+    prefixes = _write(tmp_path / "p.txt", ["", long_prefix, "", ""])
+    flags = ["--target-prefix", str(prefixes), "--format", "jsonl"]
+    assert _translate(run_dir, source, *flags) == 0
+    captured = capsys.readouterr()
+    records = [json.loads(line) for line in captured.out.splitlines()]
+    assert records[1]["constraints"]["prefix"] == "unmet"
+    assert f"{prefixes}:2: the prefix is longer than the length limit" in (captured.err)
+    assert f"{prefixes}:1:" not in captured.err
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [

@@ -138,6 +138,10 @@ def test_uniform_numbers_depend_on_the_seed_sentence_and_sample_only():
         ({"num_samples": 2}, "--num-samples applies to sampling only"),
         ({"sampling": "beam"}, r"sampling \(--sampling\) must be one of"),
         ({"sampling": "top-k", "seed": 2**32}, r"seed \(--seed\) must be <="),
+        (
+            {"sampling": "top-k", "num_samples": 1001},
+            r"num_samples \(--num-samples\) must be <= 1000",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_flag(values, message):

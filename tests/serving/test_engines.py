@@ -144,18 +144,6 @@ def test_warmed_attention_compiles_nothing_and_gives_the_same_weights(
         assert engine("ctranslate2", run_dir, tmp_path / "c").warm_up_attention(32) == 0
 
 
-def test_a_warning_when_memory_mappings_run_short():
-    from keras_transformer.serving.app import maps_running_short, memory_maps
-
-    found = memory_maps()  # Linux: this process's own, and the limit.
-    assert found is None or 0 < found[0] < found[1]
-    assert maps_running_short(lambda: (21_821, 65_530)) is None
-    assert maps_running_short(lambda: None) is None
-    warning = maps_running_short(lambda: (40_000, 65_530))
-    assert "40,000 memory mappings of the 65,530" in warning
-    assert "--warmup-tokens" in warning and "vm.max_map_count" in warning
-
-
 def test_details_are_translates_and_warmed_they_compile_nothing(run_dir, tmp_path):
     """The Keras engine's details are `Translator.generate`'s records with
     the n-best; the warm-up compiles every shape of their teacher-forced

@@ -73,7 +73,7 @@ def test_sampling_and_constraints_widen_the_default_lists():
         ({"engine": "tflite"}, "engine (--engine) must be one of keras, ctranslate2"),
         ({"quantize": "int4"}, "quantize (--quantize) must be one of int8"),
         ({"port": 65536}, "port (--port) must be <= 65535"),
-        ({"warmup_tokens": 4}, "warmup_tokens (--warmup-tokens) must be >= 8"),
+        ({"warmup_tokens": -1}, "warmup_tokens (--warmup-tokens) must be >= 0"),
         ({"log_format": "xml"}, "log_format (--log-format) must be one of text, json"),
     ],
 )

@@ -87,7 +87,7 @@ class KerasEngine(Engine):
     ) -> int:
         """Every program of every allowed search: for each batch size the
         `Translator` pads to and each source length up to `max_tokens`
-        (padded to multiples of 8), `SequenceGenerator.warm_up` compiles the
+        (`batching.ladder_lengths`), `SequenceGenerator.warm_up` compiles the
         start, each cache length and each batch size the search shrinks to.
         Returns the batch shapes warmed per setting times the settings."""
         searches = [
@@ -115,14 +115,15 @@ class KerasEngine(Engine):
 
     def warm_up_shapes(self, max_tokens: int) -> list[tuple[int, int]]:
         """Every batch size `Translator` pads a batch to, by every source
-        length up to `max_tokens` (padded to multiples of 8)."""
+        length it pads to up to `max_tokens` (`batching.ladder_lengths`)."""
+        from keras_transformer.decoding.batching import ladder_lengths
         from keras_transformer.decoding.generator import smaller_batch_size
 
         sizes = {
             smaller_batch_size(self.batch_size, n)
             for n in range(1, self.batch_size + 1)
         }
-        lengths = range(8, max_tokens + 1, 8)
+        lengths = ladder_lengths(max_tokens)
         return [
             (rows, length) for rows in sorted(sizes, reverse=True) for length in lengths
         ]
