@@ -311,12 +311,13 @@ def _add_translate(app: FastAPI, serving: Serving) -> None:
         serving.engine.check_settings(job.settings)
         key = _batch_key(serving.engine, job)
         _check_ready(serving)
-        if parsed.split_sentences:
-            documents = [split_document(text, serving.language) for text in job.texts]
+        documents, texts = _split(parsed, job, serving)
+        if documents is not None:
             texts, fields = _sentences(documents, serving.options)
         else:
-            documents, texts = None, job.texts
             fields = [f"texts[{index}]" for index in range(len(texts))]
+            for field, text in zip(fields, texts):  # Whole, or one sentence.
+                jobs.check_text(field, text, serving.options.max_text_chars)
         counts = _token_counts(serving.engine, serving.options, fields, texts)
         serving.check_compiles(counts)
         request.state.texts, request.state.tokens = len(texts), sum(counts)
@@ -329,7 +330,10 @@ def _add_translate(app: FastAPI, serving: Serving) -> None:
         )
         serving.metrics.texts_translated(len(texts))
         if documents is None:
-            answers = [_translation(result, job) for result in results]
+            answers = [
+                {**_translation(result, job), "split_sentences": False}
+                for result in results
+            ]
         else:
             answers = _documents(documents, texts, results, job)
         return JSONResponse(
@@ -349,6 +353,18 @@ def _batch_key(engine: Engine, job: jobs.TranslateJob):
         return job.settings
     layer = engine.alignment_layer(job.alignment_layer) if job.details else None
     return jobs.Decoding(job.settings, job.sampling, layer, job.guided)
+
+
+def _split(parsed, job, serving: Serving):
+    """(documents, None) when the texts are translated sentence by sentence:
+    `split_sentences` true, or left out and a text holds more than one
+    sentence; else (None, the texts)."""
+    if not jobs.may_split(parsed):
+        return None, job.texts
+    documents = [split_document(text, serving.language) for text in job.texts]
+    if parsed.split_sentences or any(len(d.sentences) > 1 for d in documents):
+        return documents, None
+    return None, job.texts
 
 
 def _sentences(documents, options: ServeOptions) -> tuple[list[str], list[str]]:
@@ -391,6 +407,7 @@ def _documents(documents, sentences, results, job) -> list[dict[str, Any]]:
                 "translation": document.join([s["translation"] for s in mine]),
                 "score": sum(scores) / len(scores) if scores else 0.0,
                 "n_best": [],
+                "split_sentences": True,
                 "sentences": mine,
             }
         )

@@ -85,7 +85,13 @@ def check_text(
             413,
             field,
             f"{field} has {len(text)} characters; the limit is {max_chars:,} "
-            f"({flag}). Nothing is truncated: split the text.",
+            f"({flag}). Nothing is truncated: split the text"
+            + (
+                ", or leave split_sentences out (a document of up to "
+                "--max-document-chars is split into sentences)."
+                if flag == "--max-text-chars"
+                else "."
+            ),
         )
     try:
         text.encode("utf-8")
@@ -101,6 +107,15 @@ def check_text(
         raise RequestError(
             422, field, f"{field} has a NUL character at {text.index(chr(0))}."
         )
+
+
+def may_split(request: TranslateRequest) -> bool:
+    """Whether the request's texts may be split into sentences:
+    `split_sentences` true, or left out without constraints or a prefix
+    (those are per text)."""
+    if request.split_sentences is not None:
+        return request.split_sentences
+    return request.constraints is None and request.target_prefix is None
 
 
 def translate_job(
@@ -122,7 +137,7 @@ def translate_job(
         )
     for index, text in enumerate(texts):
         field = f"texts[{index}]"
-        if request.split_sentences:
+        if may_split(request):  # Each sentence is checked once split.
             check_text(field, text, limits.max_document_chars, "--max-document-chars")
         else:
             check_text(field, text, limits.max_text_chars)

@@ -61,11 +61,13 @@ class TranslateRequest(_Strict):
         description="Length penalty exponent, ((5 + length) / 6) ** alpha. "
         "Default: the server's.",
     )
-    split_sentences: bool = Field(
-        False,
+    split_sentences: bool | None = Field(
+        None,
         description="Split each text into sentences (the server's "
         "--source-language), translate them as one batch and rejoin them "
-        "with the text's own whitespace and line breaks.",
+        "with the text's own whitespace and line breaks. Default: split when "
+        "a text of the request holds more than one sentence (never with "
+        "constraints or target_prefix); false: never; true: always.",
     )
     sampling: str | None = Field(
         None,
@@ -161,6 +163,9 @@ class Translation(BaseModel):
     n_best: list[Hypothesis] = Field(
         description="The hypotheses, best first ([] with split_sentences: see "
         "each sentence's)."
+    )
+    split_sentences: bool = Field(
+        description="Whether the text was split into sentences (see sentences)."
     )
     sentences: list[SentenceTranslation] | None = Field(
         None, description="With split_sentences: each sentence's translation."

@@ -88,10 +88,17 @@ def test_too_many_texts_is_413_with_the_limit():
 
 
 def test_a_text_too_long_is_413_with_the_limit_and_nothing_truncated():
-    status, field, message = refused(job, texts=["ok", "x" * 21])
+    status, field, message = refused(job, texts=["ok", "x" * 21], split_sentences=False)
     assert (status, field) == (413, "texts[1]")
     assert "has 21 characters; the limit is 20 (--max-text-chars)" in message
-    assert job(texts=["x" * 20]).texts == ["x" * 20]
+    assert "leave split_sentences out" in message  # The way to send more.
+    assert job(texts=["x" * 20], split_sentences=False).texts == ["x" * 20]
+    # Without the flag a text may be a document, split into sentences
+    # (each checked against --max-text-chars then): up to its own limit.
+    limit = LIMITS.max_document_chars
+    assert job(texts=["x" * limit]).texts == ["x" * limit]
+    status, _, message = refused(job, texts=["x" * (limit + 1)])
+    assert status == 413 and "(--max-document-chars)" in message
 
 
 @pytest.mark.parametrize(

@@ -342,6 +342,7 @@ def test_translate_answers_every_text_with_its_n_best(server):
         "translation": "",
         "score": 0.0,
         "n_best": [{"translation": "", "score": 0.0}],
+        "split_sentences": False,
     }
     assert body["settings"]["beam_size"] == 3 and body["milliseconds"] > 0
     one = server.post("/v1/translate", {"texts": ["water."], "n_best": 1}).json()
@@ -499,7 +500,10 @@ def test_every_bad_request_is_a_4xx_naming_its_field_beside_good_ones(server):
         named, message = answer.error()
         assert named == field, (what, message)
         assert field.split("[")[0] in message or field == "body", (what, message)
-    assert "limit is 160 (--max-text-chars)" in answers["text too long"].error()[1]
+    # Without split_sentences a text may be a document: its own limit.
+    assert (
+        "limit is 160 (--max-document-chars)" in (answers["text too long"].error()[1])
+    )
     many = answers["text too many tokens"].error()[1]
     assert "subword tokens long; the limit is 150 (--max-text-tokens)" in many
     assert "limit is 4 per request" in answers["too many texts"].error()[1]

@@ -267,6 +267,25 @@ def test_a_document_is_split_translated_as_sentences_and_rejoined(server):
     assert item["translation"] == (
         f"{alone[0]} {alone[1]}\n\n  {' '.join(alone[2:])}\n"
     )
+    # Without the flag: split too (3 sentences), and said so; one sentence
+    # and split_sentences false stay whole (issue 50: a multi-sentence text
+    # came back as one word).
+    three = " ".join(sentences[:3])
+    answer = server.post("/v1/translate", {"texts": [three, sentences[3]]})
+    assert answer.status == 200, answer.body
+    split, whole = answer.json()["translations"]
+    assert split["split_sentences"] is True and whole["split_sentences"] is True
+    assert [s["translation"] for s in split["sentences"]] == alone[:3]
+    assert split["translation"] == " ".join(alone[:3])
+    assert [s["translation"] for s in whole["sentences"]] == [alone[3]]
+    (one,) = server.post("/v1/translate", {"texts": [sentences[3]]}).json()[
+        "translations"
+    ]
+    assert one["split_sentences"] is False and one.get("sentences") is None
+    kept = server.post(
+        "/v1/translate", {"texts": [three], "split_sentences": False}
+    ).json()["translations"][0]
+    assert kept["split_sentences"] is False
     long_sentence = "Fine. " + "the old man likes the garden " * 20 + "."
     too_long = server.post(
         "/v1/translate", {"texts": [long_sentence], "split_sentences": True}
