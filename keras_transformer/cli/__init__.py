@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 
 from keras_transformer.cli.parser import build_parser, parse_overrides
-from keras_transformer.utils.console import quiet_native_start_up
+from keras_transformer.utils.atomic_files import WriteFailed
+from keras_transformer.utils.console import EXIT_WRITE_FAILED, quiet_native_start_up
 
 __all__ = ["build_parser", "console", "main", "parse_overrides"]
 
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         from keras_transformer.cli.commands import RUNS
 
         return RUNS[args.command](args)
+    except WriteFailed as error:  # A full disk: exit 74, as train and prepare.
+        print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_WRITE_FAILED
     except (ValueError, OSError, RuntimeError, ImportError) as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
         return 2

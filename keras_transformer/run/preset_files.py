@@ -19,17 +19,17 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import keras
+import numpy as np
 
 from keras_transformer.config import PRESETS, TransformerConfig
 from keras_transformer.data.tokenizer import load_tokenizer
-from keras_transformer.utils.atomic_files import backup_path
+from keras_transformer.utils.atomic_files import atomic_directory, backup_path
 from keras_transformer.version import __version__
 
 #: Version of the layout below; a newer one is refused by name.
@@ -85,7 +85,9 @@ def write_preset(
     """Write a preset to `directory` through a temporary sibling renamed
     into place, so a failed save leaves no half preset. An existing
     directory is refused unless it is empty, or with `overwrite`, moved
-    aside to `<directory>.backup-<time>` (never deleted)."""
+    aside to `<directory>.backup-<time>` (never deleted). The space the
+    weights need is checked first: h5py crashes the process on a full disk,
+    where this raises `WriteFailed` naming the preset."""
     target = Path(directory)
     if target.exists() and not target.is_dir():
         raise FileExistsError(f"{target} exists and is not a directory.")
@@ -94,21 +96,32 @@ def write_preset(
             f"{target} is not empty. Pass overwrite=True (the CLI: --overwrite) "
             "to move it aside and write the preset there."
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(
-        tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent)
+    occupied = target.is_dir() and any(target.iterdir())
+    atomic_directory(
+        target,
+        lambda staging: _write_files(
+            staging, backbone, tokenizer, preprocessor, search, training_data
+        ),
+        replace=occupied,
+        set_aside_to=backup_path(target) if occupied else None,
+        needed_bytes=_size_estimate(backbone),
+        what="the preset",
     )
-    try:
-        _write_files(staging, backbone, tokenizer, preprocessor, search, training_data)
-        if target.is_dir() and any(target.iterdir()):
-            target.rename(backup_path(target))
-        elif target.is_dir():
-            target.rmdir()
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return target
+
+
+# Room beside the weights: the tokenizer (a 32k SentencePiece model is about
+# 0.8 MB), the JSON files and HDF5's own structures.
+_PRESET_SLACK_BYTES = 16 * 2**20
+
+
+def _size_estimate(backbone: keras.Model) -> int:
+    """About the bytes a preset of `backbone` takes: its weights' and some."""
+    weights = sum(
+        math.prod(variable.shape) * np.dtype(variable.dtype).itemsize
+        for variable in backbone.weights
+    )
+    return weights + _PRESET_SLACK_BYTES
 
 
 def _write_files(

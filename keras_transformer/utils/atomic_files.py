@@ -9,14 +9,50 @@ can find what a killed process left behind.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 PARTIAL_MARK = ".partial"
+# The errors of a full disk (or quota): named as such, exit 74 at the CLI.
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class WriteFailed(OSError):
+    """An export or preset could not be written (a full disk, most often).
+    Nothing partial is left: the target is as it was."""
+
+    def __init__(self, path: Path, error: OSError, what: str, detail: str = ""):
+        super().__init__(error.errno, error.strerror or str(error))
+        self.path = Path(path)
+        self.what = what
+        self.detail = detail
+
+    def __str__(self) -> str:
+        reason = self.strerror
+        if self.errno in _NO_SPACE:
+            reason += " (the disk is full)"
+        return (
+            f"could not write {self.what} {self.path}: {reason}{self.detail}. "
+            f"Nothing partial was kept ({self.path} is as it was); free some "
+            "space and run the same command again."
+        )
+
+
+def check_free_space(directory: Path, needed: int, path: Path, what: str) -> None:
+    """Raise `WriteFailed` (ENOSPC) before writing `needed` bytes into
+    `directory` when its file system has less free: some writers (h5py's)
+    crash the process on a full disk instead of raising."""
+    free = shutil.disk_usage(directory).free
+    if free < needed:
+        error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        detail = f": it needs about {needed / 1e6:,.1f} MB, {free / 1e6:,.1f} MB free"
+        raise WriteFailed(path, error, what, detail)
 
 
 def partial_path(path: str | os.PathLike) -> Path:
@@ -70,19 +106,36 @@ def atomic_directory(
     *,
     replace: bool = False,
     set_aside_to: Path | None = None,
+    needed_bytes: int = 0,
+    what: str = "the export",
 ) -> None:
     """Call `write` on a staging directory beside `out`, then rename it to
     `out`; on any failure remove it, so `out` never holds a partial result.
     `out` must not exist, or be an empty directory; with `replace`, a
     directory there is swapped out once the new one is complete, then
-    removed, or moved to `set_aside_to` when given."""
+    removed, or moved to `set_aside_to` when given.
+
+    `needed_bytes` are checked free first; a full disk is raised as
+    `WriteFailed` naming `what` and `out`. Staging directories that a
+    killed writer of `out` on this machine left are removed first."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_partials(out)
+    check_free_space(out.parent, needed_bytes, out, what)
+    # Named for its writer (PID@HOST), so that a later write of `out` can
+    # tell a dead writer's leftovers from a live one's.
+    writer = f"{os.getpid()}@{socket.gethostname()}"
     staging = Path(
-        tempfile.mkdtemp(prefix=f".{out.name}{PARTIAL_MARK}-", dir=out.parent)
+        tempfile.mkdtemp(prefix=f".{out.name}{PARTIAL_MARK}-{writer}-", dir=out.parent)
     )
     try:
-        write(staging)
+        try:
+            write(staging)
+        except OSError as error:
+            # A writer's own error (a store's) already names its file.
+            if error.errno in _NO_SPACE and type(error) is OSError:
+                raise WriteFailed(out, error, what) from error
+            raise
         staging.chmod(0o755)  # mkdtemp's 0700 would hide it from a server user.
         if replace and out.exists() and any(out.iterdir()):
             old = set_aside_to or Path(f"{staging}-old")
@@ -97,6 +150,34 @@ def atomic_directory(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def remove_dead_partials(out: Path) -> list[Path]:
+    """Remove the staging directories of `out` whose writer, a process of
+    this machine, is gone (a `kill -9` during a write leaves one, as big as
+    the export); those of a live writer, of another machine, or not named
+    for a writer are left alone. Returns what was removed."""
+    out = Path(out)
+    prefix = f".{out.name}{PARTIAL_MARK}-"
+    removed = []
+    for path in out.parent.glob(f"{prefix}*@*"):
+        pid, _, rest = path.name[len(prefix) :].partition("@")
+        host = rest.rpartition("-")[0]
+        if not pid.isdigit() or host != socket.gethostname() or _alive(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # Another user's process: alive.
+        return True
+    return True
 
 
 def backup_path(path: Path) -> Path:

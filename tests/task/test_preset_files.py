@@ -111,6 +111,30 @@ def test_a_failed_save_leaves_no_half_preset(fitted, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_full_disk_is_named_before_h5py_can_crash(fitted, tmp_path, monkeypatch):
+    """h5py segfaulted on ENOSPC (issue 50): the space is checked first, and
+    the preset is named with what it needs; nothing is left behind."""
+    import collections
+
+    from keras_transformer.utils import atomic_files
+
+    task, _ = fitted
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(
+        atomic_files.shutil, "disk_usage", lambda path: usage(10**9, 10**9, 1000)
+    )
+    with pytest.raises(atomic_files.WriteFailed) as failed:
+        task.save_to_preset(tmp_path / "p")
+    message = str(failed.value)
+    assert f"could not write the preset {tmp_path / 'p'}" in message
+    assert "(the disk is full): it needs about" in message and "0.0 MB free" in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_preset_is_readable_by_others_as_every_export(preset):
+    assert preset.stat().st_mode & 0o777 == 0o755
+
+
 def test_an_existing_preset_is_kept_unless_overwrite_moves_it_aside(fitted, tmp_path):
     task, _ = fitted
     target = tmp_path / "p"

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+
 import pytest
 
 from keras_transformer.utils.atomic_files import (
+    WriteFailed,
     atomic_directory,
     atomic_write_text,
     atomic_write_with,
     partial_path,
+    remove_dead_partials,
 )
 
 pytestmark = pytest.mark.backend_neutral
@@ -54,3 +61,56 @@ def test_a_failed_directory_write_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
     atomic_directory(out, lambda staging: (staging / "model.bin").write_text("ok"))
     assert (out / "model.bin").read_text() == "ok"
+
+
+def test_a_full_disk_is_named_with_the_export_and_nothing_kept(tmp_path):
+    out = tmp_path / "onnx"
+
+    def fills_the_disk(staging):
+        (staging / "decoder.onnx").write_text("part")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(WriteFailed) as failed:
+        atomic_directory(out, fills_the_disk, what="the ONNX export")
+    assert str(failed.value).startswith(
+        f"could not write the ONNX export {out}: No space left on device (the "
+        "disk is full). Nothing partial was kept"
+    )
+    assert failed.value.errno == 28
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_writers_own_error_is_not_renamed(tmp_path):
+    class StoreFull(OSError):
+        pass
+
+    def fails(staging):
+        raise StoreFull(28, "the store's own words")
+
+    with pytest.raises(StoreFull):
+        atomic_directory(tmp_path / "store", fails)
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_only_a_dead_writers_leftovers_are_removed(tmp_path):
+    """A `kill -9` during a write leaves a staging directory as big as the
+    export: the next write of the same target removes it, and only it."""
+    out, host = tmp_path / "preset", socket.gethostname()
+    dead = tmp_path / f".preset.partial-{_dead_pid()}@{host}-abc"
+    live = tmp_path / f".preset.partial-{os.getpid()}@{host}-def"
+    elsewhere = tmp_path / f".preset.partial-{_dead_pid()}@other-host-ghi"
+    unnamed = tmp_path / ".preset.partial-xyz"  # An older writer's: unknown.
+    other = tmp_path / f".other.partial-{_dead_pid()}@{host}-jkl"
+    for path in (dead, live, elsewhere, unnamed, other):
+        path.mkdir()
+    assert remove_dead_partials(out) == [dead]
+    atomic_directory(out, lambda staging: (staging / "f").write_text("ok"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in (live, elsewhere, unnamed, other, out)
+    )
+    assert out.stat().st_mode & 0o777 == 0o755
