@@ -143,13 +143,7 @@ class Guard:
                 )
             origin = headers.get("origin")
             if origin is not None and not self._origin_allowed(origin):
-                return (
-                    403,
-                    "Origin",
-                    f"Origin {origin!r} may not call this server: serve with "
-                    f"--cors-origin {origin} to allow it.",
-                    {},
-                )
+                return (403, "Origin", _origin_refusal(origin), {})
         preflight = scope["method"] == "OPTIONS"  # Browsers send no token.
         if (
             self.api_key is not None
@@ -202,3 +196,20 @@ class JsonCors(CORSMiddleware):
             field = "Access-Control-Request-Headers"
         body = {"error": {"field": field, "message": message}}
         return JSONResponse(body, status_code=response.status_code)
+
+
+def _origin_refusal(origin: str) -> str:
+    """Why a page of `origin` may not call, and the safe way to allow it.
+    "null" is the origin of every file:// page and sandboxed frame: allowing
+    it would let any of them call, so it is never suggested."""
+    if origin == "null":
+        return (
+            "Origin 'null' (a page opened from a file, or a sandboxed frame) may "
+            "not call this server. Serve the page from an http(s) address and "
+            "allow that one with --cors-origin, or use the demo page at / ("
+            "--cors-origin null would let every such page call it)."
+        )
+    return (
+        f"Origin {origin!r} may not call this server: serve with --cors-origin "
+        f"{origin} to allow it."
+    )

@@ -267,6 +267,10 @@ def request_id(headers: list[tuple[bytes, bytes]]) -> str:
     return uuid.uuid4().hex
 
 
+#: The probes' paths: their successful answers are not logged by default.
+PROBES = ("/healthz", "/readyz")
+
+
 def route_template(scope: Mapping[str, Any]) -> str:
     """The path template of the route that answered (Starlette puts the
     route in the scope), or "unmatched"."""
@@ -300,15 +304,29 @@ class RequestLog:
         metrics: where requests are counted.
         logger: where the lines go (`configure_logging`).
         engine: the engine's name, on every line.
+        routes: the application's paths: a request refused before routing
+            (a 403 of the Host/Origin or key check) is counted under its
+            path when it is one of them, not as "unmatched".
+        log_probes: log the successful /healthz and /readyz probes too
+            (an orchestrator sends one every few seconds); always counted.
     """
 
     def __init__(
-        self, app, *, metrics: ServerMetrics, logger: logging.Logger, engine: str
+        self,
+        app,
+        *,
+        metrics: ServerMetrics,
+        logger: logging.Logger,
+        engine: str,
+        routes: frozenset[str] = frozenset(),
+        log_probes: bool = False,
     ):
         self.app = app
         self.metrics = metrics
         self.logger = logger
         self.engine = engine
+        self.routes = routes
+        self.log_probes = log_probes
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -351,9 +369,12 @@ class RequestLog:
             status = CLIENT_CLOSED if disconnected else 500
         if disconnected:
             self.metrics.disconnected()
-        self.metrics.observe_request(
-            route_template(scope), scope.get("method", ""), status, seconds
-        )
+        route = route_template(scope)
+        if route == UNMATCHED and scope.get("path") in self.routes:
+            route = scope["path"]  # Refused before routing (a 403).
+        self.metrics.observe_request(route, scope.get("method", ""), status, seconds)
+        if status < 400 and route in PROBES and not self.log_probes:
+            return
         fields = {
             "request_id": state.get("request_id"),
             "method": scope.get("method"),

@@ -366,6 +366,12 @@ class ServerSettings:
         "asks for the key",
         shown_default="no key",
     )
+    log_probes: bool = setting(
+        False,
+        "log every /healthz and /readyz answer too (by default only those "
+        "that are not 200: probes come every few seconds; all are counted "
+        "in /metrics)",
+    )
     log_format: str = setting(
         "text",
         "the per-request log lines on stderr: key=value text or one JSON object "

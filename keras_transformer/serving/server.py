@@ -235,8 +235,9 @@ def _guarded(serving, server: ServerSettings, api_key):
     from keras_transformer.serving.guards import Guard, JsonCors
     from keras_transformer.serving.observability import RequestLog
 
+    application = create_app(serving)
     app = Guard(
-        create_app(serving),
+        application,
         loopback_only=is_loopback(server.host),
         cors_origins=server.cors_origin,
         api_key=api_key,
@@ -256,6 +257,8 @@ def _guarded(serving, server: ServerSettings, api_key):
         metrics=serving.metrics,
         logger=logging.getLogger("keras_transformer.serve"),
         engine=serving.engine.name,
+        routes=frozenset(getattr(route, "path", "") for route in application.routes),
+        log_probes=server.log_probes,
     )
 
 

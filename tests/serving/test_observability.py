@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client.parser import text_string_to_metric_families
 
 from keras_transformer.serving import observability
@@ -358,6 +358,63 @@ def test_text_log_one_line_per_request(capsys):
     odd = text_fields(lines[2])
     assert json.loads(odd["path"]) == "/a path\nwith a line break"
     assert odd["status"] == "404"
+
+
+def test_probes_are_counted_but_logged_only_when_asked_or_failing(capsys):
+    """An orchestrator probes every few seconds: its 200s used to fill the
+    log (issue 50)."""
+    api = FastAPI()
+    ready = {"now": True}
+
+    @api.get("/healthz")
+    def healthz() -> dict:
+        return {"status": "ok"}
+
+    @api.get("/readyz")
+    def readyz():
+        return {} if ready["now"] else JSONResponse({}, status_code=503)
+
+    metrics = ServerMetrics()
+    logger = configure_logging("text")
+    quiet = RequestLog(api, metrics=metrics, logger=logger, engine="fake")
+    for path in ("/healthz", "/readyz"):
+        assert call(quiet, "GET", path).status == 200
+    assert capsys.readouterr().err == ""
+    ready["now"] = False
+    assert call(quiet, "GET", "/readyz").status == 503
+    assert text_fields(capsys.readouterr().err.strip())["status"] == "503"
+    loud = RequestLog(api, metrics=metrics, logger=logger, engine="x", log_probes=True)
+    call(loud, "GET", "/healthz")
+    assert text_fields(capsys.readouterr().err.strip())["path"] == "/healthz"
+    assert requests(metrics) == {
+        ("/healthz", "GET", "200"): 2,
+        ("/readyz", "GET", "200"): 1,
+        ("/readyz", "GET", "503"): 1,
+    }
+
+
+def test_a_refusal_before_routing_is_counted_under_its_path():
+    """A Host/Origin or key check answers 403 before the router: counted
+    under the path it was for when that is a route, not as "unmatched"."""
+
+    async def refuses(scope, receive, send):
+        await send({"type": "http.response.start", "status": 403, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    metrics = ServerMetrics()
+    app = RequestLog(
+        refuses,
+        metrics=metrics,
+        logger=PLAIN_LOGGER,
+        engine="fake",
+        routes=frozenset({"/v1/translate"}),
+    )
+    call(app, "POST", "/v1/translate")
+    call(app, "GET", "/elsewhere")
+    assert requests(metrics) == {
+        ("/v1/translate", "POST", "403"): 1,
+        ("unmatched", "GET", "403"): 1,
+    }
 
 
 def test_json_log_one_object_per_request(capsys):

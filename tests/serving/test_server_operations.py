@@ -219,6 +219,12 @@ def test_head_options_host_origin_and_cors(server):
         {"Content-Type": "application/json", "Origin": "https://evil.example"},
     )
     assert foreign.status == 403 and foreign.error()[0] == "Origin"
+    assert "--cors-origin https://evil.example to allow it" in foreign.error()[1]
+    # A file:// page or sandboxed frame: "null" would admit every one of them.
+    sandboxed = server.request("GET", "/v1/info", headers={"Origin": "null"})
+    assert sandboxed.status == 403
+    assert "Serve the page from an http(s) address" in sandboxed.error()[1]
+    assert "--cors-origin null would let every such page" in sandboxed.error()[1]
     refused = server.request(
         "OPTIONS",
         "/v1/translate",
