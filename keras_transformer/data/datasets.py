@@ -79,6 +79,12 @@ class DatasetSpec:
         local = ("builtin", "files", "treebank")
         if not downloaded and not store and self.name not in local:
             return
+        if store and not self.name[len(STORE_PREFIX) :].strip():
+            raise DataError(
+                f"--dataset {self.name!r} names no directory (it would read the "
+                "current one): give store:DIR, the --out of keras-transformer "
+                "prepare."
+            )
         if store and self.lenient_utf8:
             self._refuse_unread(
                 "--lenient-utf8 (lenient_utf8=)",

@@ -193,8 +193,17 @@ def paper_configuration(config: TransformerConfig) -> str | None:
 def read_preset(directory: str | os.PathLike) -> PresetContents:
     """A preset's contents, each file checked; errors name the file."""
     path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(
+            f"{path} is a file, not a preset: a preset is a directory (of "
+            "save_to_preset or export --format preset), or one of the paper's "
+            f"configurations by name: {', '.join(PRESETS)}."
+        )
     if not path.is_dir():
-        raise FileNotFoundError(f"Preset directory {path} does not exist.")
+        raise FileNotFoundError(
+            f"Preset {path} is neither a directory nor a configuration name: "
+            f"give a preset directory or one of {', '.join(PRESETS)}."
+        )
     _refuse_run_directory(path)
     missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
     if missing:

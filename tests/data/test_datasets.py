@@ -44,6 +44,13 @@ def test_settings_the_dataset_reads_are_accepted(spec):
     assert DatasetSpec(**spec).data_dir == spec.get("data_dir")
 
 
+@pytest.mark.parametrize("name", ["store:", "store:  "])
+def test_a_store_without_a_directory_is_refused(name):
+    """It used to read the current directory as the store (issue 50)."""
+    with pytest.raises(DataError, match="names no directory .* give store:DIR"):
+        DatasetSpec(name=name)
+
+
 def test_a_treebank_tree_that_cannot_be_a_target_names_its_file_and_line(tmp_path):
     from keras_transformer.data.datasets import dataset_sources
 

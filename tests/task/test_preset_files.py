@@ -95,8 +95,22 @@ def test_a_run_directory_is_told_to_export_a_preset(tmp_path):
 
 
 def test_a_missing_directory_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nowhere does not exist"):
+    with pytest.raises(FileNotFoundError, match="nowhere is neither a directory"):
         TransformerSeq2SeqLM.from_preset(tmp_path / "nowhere")
+
+
+def test_a_misspelled_name_lists_the_configurations():
+    with pytest.raises(FileNotFoundError) as refused:
+        TransformerSeq2SeqLM.from_preset("tinyy")
+    assert "Preset tinyy is neither" in str(refused.value)
+    assert all(name in str(refused.value) for name in ("tiny", "small", "base", "big"))
+
+
+def test_a_file_is_told_a_preset_is_a_directory(tmp_path):
+    weights = tmp_path / "model.weights.h5"
+    weights.write_bytes(b"")
+    with pytest.raises(NotADirectoryError, match="is a file, not a preset"):
+        TransformerSeq2SeqLM.from_preset(weights)
 
 
 def test_a_failed_save_leaves_no_half_preset(fitted, tmp_path, monkeypatch):
