@@ -17,7 +17,6 @@ from typing import Any
 import keras
 from keras import ops
 
-from keras_transformer import masks
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import (
     DecoderBlock,
@@ -25,6 +24,7 @@ from keras_transformer.layers import (
     LearnedPositionalEmbedding,
     ScaledEmbedding,
     SinusoidalPositionalEncoding,
+    masks,
 )
 from keras_transformer.losses import with_token_loss
 from keras_transformer.version import __version__

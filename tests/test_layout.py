@@ -86,7 +86,7 @@ def test_no_module_imports_its_own_family_face():
 
 def test_the_model_core_stays_at_the_top_level():
     # `.keras` files and checkpoints name these modules' classes.
-    for name in ("config", "masks", "model", "losses", "metrics", "schedules"):
+    for name in ("config", "model", "losses", "metrics", "schedules"):
         assert (PACKAGE / f"{name}.py").is_file(), name
     assert (PACKAGE / "layers" / "__init__.py").is_file()
 

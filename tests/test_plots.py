@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from keras_transformer import masks, plots
-from keras_transformer.layers import sinusoidal_table
+from keras_transformer import plots
+from keras_transformer.layers import masks, sinusoidal_table
 from keras_transformer.schedules import TransformerSchedule
 from tests.helpers import to_numpy
 

@@ -40,14 +40,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _start_keras(command: str) -> None:
-    """Register the model's classes with Keras (the command line defers it
-    from the package's import), the compilation caches, and a word about
-    GPUs the backend does not use."""
+    """The compilation caches, and a word about GPUs the backend does not
+    use. (The model's classes are registered with Keras where a `.keras`
+    file is opened: `run.directory`, `run.averaging`.)"""
     if command in _WITHOUT_KERAS:
         return
-    from keras_transformer.registry import register_keras_objects
-
-    register_keras_objects()
     if command in ("train", "translate", "evaluate", "serve", "parse"):
         from keras_transformer.decoding.compile import enable_compilation_cache
 

@@ -191,6 +191,10 @@ class BucketedBatches(keras.utils.PyDataset):
             leaves at least 8, and always to a multiple of `row_multiple`;
             but never more than the number of pairs rounded up to that
             multiple (see `batch_size`).
+        rows_per_batch: instead of `tokens_per_batch`, the same number of
+            rows in every bucket's batches (Keras's `batch_size`: sentences
+            per batch, still padded by length bucket), rounded up to a
+            multiple of `row_multiple`.
         buckets: sorted padded lengths.
         shuffle: reshuffle rows and batch order every epoch, seeded by
             (seed, epoch), so a run is reproducible and resumable.
@@ -211,7 +215,8 @@ class BucketedBatches(keras.utils.PyDataset):
         target_ids: Sequence[Sequence[int]] | None = None,
         *,
         pairs: TokenPairs | None = None,
-        tokens_per_batch: int,
+        tokens_per_batch: int | None = None,
+        rows_per_batch: int | None = None,
         buckets: Sequence[int],
         shuffle: bool = True,
         seed: int = 0,
@@ -233,8 +238,15 @@ class BucketedBatches(keras.utils.PyDataset):
             )
         if not len(pairs):
             raise ValueError("No training pairs left: the training set is empty.")
+        sizes = {"tokens_per_batch": tokens_per_batch, "rows_per_batch": rows_per_batch}
+        size = {name: value for name, value in sizes.items() if value is not None}
+        if len(size) != 1:
+            raise ValueError(
+                "Pass one batch size: tokens_per_batch or rows_per_batch. "
+                f"Received: {sizes}"
+            )
         _check_positive(
-            tokens_per_batch=tokens_per_batch,
+            **size,
             accumulation_steps=accumulation_steps,
             row_multiple=row_multiple,
             num_shards=num_shards,
@@ -247,6 +259,7 @@ class BucketedBatches(keras.utils.PyDataset):
         self.pairs = pairs
         self.buckets = tuple(sorted(buckets))
         self.tokens_per_batch = tokens_per_batch
+        self.rows_per_batch = rows_per_batch
         self.shuffle = shuffle
         self.seed = seed
         self.accumulation_steps = accumulation_steps
@@ -276,6 +289,8 @@ class BucketedBatches(keras.utils.PyDataset):
         """tokens_per_batch // length: at least one row per replica, even
         where that exceeds the budget (a single very long pair). The plan
         cuts batches of this size."""
+        if self.rows_per_batch is not None:
+            return -(-self.rows_per_batch // self.row_multiple) * self.row_multiple
         rows = max(self.tokens_per_batch // self.buckets[bucket], self.row_multiple)
         multiple = math.lcm(8, self.row_multiple)
         if rows < multiple:

@@ -239,6 +239,7 @@ def prepare_store(
     StoreWriteError when a write fails."""
     started = time.monotonic()
     inputs = _Inputs.of(options)
+    _check_out_is_a_directory(inputs.out)
     with _locked(inputs.out, log):
         store = _reusable(inputs, options, log, verify_reused)
         if store is not None:
@@ -260,6 +261,21 @@ def prepare_store(
     store = open_store(inputs.out, check_sources=False)
     log(_summary(store, time.monotonic() - started))
     return store
+
+
+def _check_out_is_a_directory(out: Path) -> None:
+    """A store is a directory: `out`, and every folder above it that
+    exists, must be one (else the OS says "Not a directory" or "File
+    exists" about some path)."""
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "" if path == out else f" ({path} is a file)"
+                raise StoreError(
+                    f"--out {out}: a store is a directory{where}; name a new or "
+                    f"empty directory, or a store to reuse. {path} is left as it is."
+                )
+            return
 
 
 @contextlib.contextmanager
@@ -330,6 +346,7 @@ def _reusable(
             f"reusing the prepared store in {out}: the same inputs and settings "
             f"(key {inputs.key[:12]}; {checked})"
         )
+        _say_where_it_was_made(store, inputs, log)
         return store
     if explicit and not options.overwrite:
         raise StoreError(
@@ -338,6 +355,21 @@ def _reusable(
             "--overwrite to replace it, or choose another --out."
         )
     return None
+
+
+def _say_where_it_was_made(
+    store: TokenStore, inputs: _Inputs, log: Callable[[str], None]
+) -> None:
+    """A store found by its inputs' content may have been made from files of
+    other names: its records (and line numbers in its messages) keep those."""
+    for split, source in inputs.sources.items():
+        made_from = store.origin(split)
+        if made_from != source.origin:
+            log(
+                f"the {split} split of this store was made from {made_from}; "
+                f"{source.origin} holds the same content, and the store's "
+                f"messages name {made_from}"
+            )
 
 
 def _differences(store: TokenStore, options: PrepareOptions) -> str:

@@ -17,7 +17,13 @@ from typing import Any
 
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.run.directory import InferenceRun, RunDirectory
+from keras_transformer.run.preset_files import weights_bytes
+from keras_transformer.utils.atomic_files import WriteFailed, atomic_directory
 from keras_transformer.version import __version__
+
+# Bytes per stored weight by the export's number type: what the free-space
+# check before an export asks for (its weights; the rest is small).
+_BYTES_PER_WEIGHT = {None: 4, "float32": 4, "float16": 2, "bfloat16": 2, "int16": 2}
 
 
 def check_out(out: Path) -> None:
@@ -40,6 +46,24 @@ def open_run(
     then the run (see `RunDirectory.open_for_inference`)."""
     check_out(out)
     return RunDirectory(run_dir).open_for_inference(model, load_model=load_model)
+
+
+def write_export(
+    run: InferenceRun,
+    out: Path,
+    write: Callable[[Path], None],
+    *,
+    what: str,
+    quantization: str | None = None,
+) -> None:
+    """`write` the export of `run` into a staging directory renamed to `out`
+    once whole (`atomic_directory`), after a check that the disk has room
+    for the model's weights in the export's number type (`quantization`:
+    None or float32, float16 or bfloat16, or an int8 kind at one byte); a
+    full disk is a `WriteFailed` naming `what` and `out`."""
+    per_weight = _BYTES_PER_WEIGHT.get(quantization, 1)
+    needed = weights_bytes(run.model) * per_weight // 4
+    atomic_directory(out, write, needed_bytes=needed, what=what)
 
 
 def export_record(
@@ -85,11 +109,20 @@ def export_in_child(module: str, request: dict[str, Any], backend: str) -> None:
     if result.returncode == 0:
         return
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    detail = lines[-1] if lines else f"exit status {result.returncode}"
-    kind, _, message = detail.partition(": ")
+    raise child_error(
+        lines[-1] if lines else f"exit status {result.returncode}", backend
+    )
+
+
+def child_error(last_line: str, backend: str) -> Exception:
+    """The error the child's last line of stderr reports: the same kind and
+    message for a known one (`child_main`), else a RuntimeError quoting it."""
+    kind, _, message = last_line.partition(": ")
+    if kind == WriteFailed.__name__:  # A full disk: exit 74, as in-process.
+        return WriteFailed.from_json(message)
     if kind in CHILD_ERRORS:  # The child's own clear message.
-        raise CHILD_ERRORS[kind](message)
-    raise RuntimeError(f"The export under {backend} failed: {detail}")
+        return CHILD_ERRORS[kind](message)
+    return RuntimeError(f"The export under {backend} failed: {last_line}")
 
 
 def child_main(argv: list[str], export: Callable[[dict[str, Any]], object]) -> int:
@@ -97,6 +130,9 @@ def child_main(argv: list[str], export: Callable[[dict[str, Any]], object]) -> i
     known error as "Kind: message" on stderr's last line (exit status 2)."""
     try:
         export(json.loads(argv[0]))
+    except WriteFailed as error:
+        print(f"{WriteFailed.__name__}: {error.to_json()}", file=sys.stderr)
+        return 2
     except tuple(CHILD_ERRORS.values()) as error:
         name = next(n for n, kind in CHILD_ERRORS.items() if isinstance(error, kind))
         message = str(error).replace("\n", " ")

@@ -57,10 +57,9 @@ from pathlib import Path
 import numpy as np
 
 from keras_transformer.decoding.settings import SearchSettings, search_settings
-from keras_transformer.export.common import export_record, open_run
+from keras_transformer.export.common import export_record, open_run, write_export
 from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
 from keras_transformer.run.directory import InferenceRun
-from keras_transformer.utils.atomic_files import atomic_directory
 
 DIFFERENCES = [
     "Beam scores are normalised by length ** length_penalty, not by GNMT's "
@@ -133,7 +132,9 @@ def export_ctranslate2(
     def write(staging: Path) -> None:
         _write_model(run, staging, quantization, max_positions, settings)
 
-    atomic_directory(out, write)
+    write_export(
+        run, out, write, what="the CTranslate2 export", quantization=quantization
+    )
     return out
 
 

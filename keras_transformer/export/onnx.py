@@ -68,6 +68,7 @@ from keras_transformer.export.common import (
     export_in_child,
     export_record,
     open_run,
+    write_export,
 )
 from keras_transformer.export.onnx_translator import (
     DECODER_STEP,
@@ -79,7 +80,6 @@ from keras_transformer.export.onnx_translator import (
     OnnxTranslator,
 )
 from keras_transformer.run.directory import InferenceRun
-from keras_transformer.utils.atomic_files import atomic_directory
 from keras_transformer.utils.optional_imports import (
     MissingExtraError,
     install_command,
@@ -145,7 +145,7 @@ def export_onnx(
     run = open_run(run_dir, out, model, load_model=in_process)
     settings.check_vocabulary(run.tokenizer.vocab_size)
     if in_process:
-        atomic_directory(out, lambda staging: _write(run, staging, settings))
+        _write_export(run, out, settings)
     else:
         request = {
             "run_dir": str(run.run.path),
@@ -235,13 +235,16 @@ def verify(model, directory: Path, steps: int = 3) -> None:
 
 
 def _export_request(request: dict[str, Any]) -> None:
-    from keras_transformer.registry import register_keras_objects
-
-    register_keras_objects()  # model.keras names the package's classes.
     out = Path(request["out"])
     run = open_run(request["run_dir"], out, request["model"], load_model=True)
     settings = SearchSettings.from_dict(request["settings"])
-    atomic_directory(out, lambda staging: _write(run, staging, settings))
+    _write_export(run, out, settings)
+
+
+def _write_export(run: InferenceRun, out: Path, settings: SearchSettings) -> None:
+    write_export(
+        run, out, lambda staging: _write(run, staging, settings), what="the ONNX export"
+    )
 
 
 if __name__ == "__main__":

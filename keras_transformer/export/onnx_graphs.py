@@ -25,7 +25,6 @@ import numpy as np
 import torch
 from keras import ops
 
-from keras_transformer import masks
 from keras_transformer.export.onnx_translator import (
     DECODER_STEP,
     ENCODER,
@@ -33,6 +32,7 @@ from keras_transformer.export.onnx_translator import (
     step_inputs,
     step_outputs,
 )
+from keras_transformer.layers import masks
 
 # Sample sizes to trace with: all different and >= 2, since torch.export
 # takes a dimension of size 0 or 1 for a constant (and two of one size may

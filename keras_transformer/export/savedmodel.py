@@ -54,9 +54,9 @@ from keras_transformer.export.common import (
     export_in_child,
     export_record,
     open_run,
+    write_export,
 )
 from keras_transformer.run.directory import InferenceRun, RunDirectory
-from keras_transformer.utils.atomic_files import atomic_directory
 
 EXPORT_INFO = "export.json"
 IDS_ONLY = "ids_only"
@@ -130,8 +130,11 @@ def _export_saved_model(
     from keras_transformer.quantization import quantize_model
 
     quantize_model(run.model, quantize, "--quantization")
-    atomic_directory(
-        out, lambda staging: _write_saved_model(run, staging, settings, quantize)
+    write_export(
+        run,
+        out,
+        lambda staging: _write_saved_model(run, staging, settings, quantize),
+        what="the SavedModel export",  # Quantized already: its weights' own size.
     )
 
 
@@ -254,9 +257,6 @@ class SavedModelTranslator:
 
 def _export_request(request: dict) -> None:
     """The child's side of `_export_in_child`."""
-    from keras_transformer.registry import register_keras_objects
-
-    register_keras_objects()  # model.keras names the package's classes.
     _require_tensorflow()
     run = RunDirectory(request["run_dir"]).open_for_inference(request["model"])
     settings = SearchSettings.from_dict(request["settings"])

@@ -7,9 +7,12 @@ TensorFlow and `--format savedmodel` no torch.
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, ExportOptions
+from keras_transformer.run.preset_files import METADATA_FILE
 
 
 def export_run(
@@ -21,7 +24,11 @@ def export_run(
 ) -> str:
     """Write the export `options` asks for of the run in `run_dir` (its
     `model` file, else its final model) with the search `settings`; returns
-    a line that says where it is and how to use it."""
+    a line that says where it is and how to use it. A preset directory in
+    `run_dir` is exported as the run it was made from (its model and
+    tokenizer, written to a temporary run first)."""
+    if (Path(run_dir) / METADATA_FILE).is_file():
+        return _export_preset_directory(Path(run_dir), options, settings, model)
     out = options.out
     if options.format == "ctranslate2":
         from keras_transformer.export.ctranslate2 import export_ctranslate2
@@ -56,3 +63,21 @@ def export_run(
     quantize = None if options.quantization == "float32" else options.quantization
     path = export_translator(run_dir, out, settings, model=model, quantize=quantize)
     return f"SavedModel written to {path} (signatures: see {path}/assets/export.json)"
+
+
+def _export_preset_directory(
+    preset: Path,
+    options: ExportOptions,
+    settings: SearchSettings,
+    model: str | os.PathLike | None,
+) -> str:
+    if model is not None:
+        raise ValueError(
+            f"--model {model} is for a run: {preset} is a preset, which holds one "
+            "model (leave --model out to export it)."
+        )
+    from keras_transformer.export.preset import preset_as_run
+
+    with tempfile.TemporaryDirectory(prefix="keras-transformer-preset-") as scratch:
+        run = preset_as_run(preset, Path(scratch) / "run")
+        return export_run(run, options, settings)

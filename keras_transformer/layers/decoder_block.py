@@ -17,7 +17,7 @@ class DecoderBlock(EncoderBlock):
 
     Takes the same arguments as `EncoderBlock` and adds a cross-attention
     sub-layer between self-attention and feed-forward. The causal and padding
-    masks come from the caller (`keras_transformer.masks`).
+    masks come from the caller (`keras_transformer.layers.masks`).
 
     Two ways to run it:
     - `call`: a whole target sequence at once (training, scoring).

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import keras
 import numpy as np
 
+from keras_transformer.registry import register_keras_objects
+
 
 def average_checkpoints(paths: Sequence[str | os.PathLike]) -> keras.Model:
     """A model whose weights are the element-wise mean of the checkpoints'.
@@ -21,6 +23,7 @@ def average_checkpoints(paths: Sequence[str | os.PathLike]) -> keras.Model:
     """
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint path.")
+    register_keras_objects()  # The files name the package's classes.
     model = keras.saving.load_model(paths[0], compile=False)
     reference = [(v.path, tuple(v.shape)) for v in model.weights]
     totals = [np.asarray(w, np.float64) for w in model.get_weights()]

@@ -355,20 +355,16 @@ class RunDirectory:
                 self.model_path, error, "the final model", step
             ) from error
 
-    def write_history(self, history: dict[str, list], *, plot: bool = True) -> None:
-        """`history.json`, and with `plot` its curve when matplotlib is
-        installed."""
+    def write_history(self, history: dict[str, list]) -> None:
+        """`history.json`."""
         text = json.dumps(history, indent=2) + "\n"
         self._write(
             self.history_path, lambda: atomic_write_text(self.history_path, text)
         )
-        if not plot:
-            return
-        try:
-            from keras_transformer.plots import training_curves
-        except ImportError:  # Plotting is optional.
-            return
-        figure = training_curves(history, self.dev_bleu_entries() or None)
+
+    def write_curve(self, figure) -> None:
+        """`training_curve.png` from a matplotlib figure (what
+        `training.history.write_training_curve` draws)."""
         self._write(
             self.curve_path,
             lambda: atomic_write_with(
@@ -523,6 +519,9 @@ class RunDirectory:
     def _load_model_file(self, path: Path):
         import keras
 
+        from keras_transformer.registry import register_keras_objects
+
+        register_keras_objects()  # The file names the package's classes.
         try:
             return keras.saving.load_model(path, compile=False)
         except Exception as error:  # Keras raises many kinds for one cause.

@@ -115,13 +115,18 @@ def write_preset(
 _PRESET_SLACK_BYTES = 16 * 2**20
 
 
+def weights_bytes(model: keras.Model) -> int:
+    """The bytes of `model`'s weights as they are stored (float32: 4 each):
+    what a preset or an export of it needs on disk, at least."""
+    return sum(
+        math.prod(variable.shape) * np.dtype(variable.dtype).itemsize
+        for variable in model.weights
+    )
+
+
 def _size_estimate(backbone: keras.Model) -> int:
     """About the bytes a preset of `backbone` takes: its weights' and some."""
-    weights = sum(
-        math.prod(variable.shape) * np.dtype(variable.dtype).itemsize
-        for variable in backbone.weights
-    )
-    return weights + _PRESET_SLACK_BYTES
+    return weights_bytes(backbone) + _PRESET_SLACK_BYTES
 
 
 def _write_files(

@@ -72,9 +72,12 @@ class TransformerPreprocessor:
         validation_pairs: Any = None,
         *,
         argument: str = "x",
+        rows_per_batch: int | None = None,
     ) -> TrainingData:
         """Token-budget batches of the training `pairs` and, if given, of
         `validation_pairs`; `argument` names the training pairs in errors.
+        With `rows_per_batch`, batches of that many pairs instead (still in
+        length buckets: `fit`'s `batch_size`).
 
         Pairs are `(source_texts, target_texts)`, or an iterable of
         `(source, target)` string pairs (a `tf.data.Dataset` of them too)."""
@@ -92,7 +95,8 @@ class TransformerPreprocessor:
             encoded,
             valid,
             train.origin,
-            tokens_per_batch=self.tokens_per_batch,
+            tokens_per_batch=None if rows_per_batch else self.tokens_per_batch,
+            rows_per_batch=rows_per_batch,
             max_length=self.max_length,
             seed=self.seed,
             buckets=DEFAULT_BUCKETS,

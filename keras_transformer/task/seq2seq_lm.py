@@ -8,8 +8,9 @@ backbone is the `Transformer`, the preprocessor `TransformerPreprocessor`
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,7 @@ class TransformerSeq2SeqLM(keras.Model):
 
     Example:
         >>> lm = TransformerSeq2SeqLM.from_preset("tiny", texts=sources + targets)
-        >>> lm.compile()
-        >>> lm.fit(x=(sources, targets), epochs=5)
+        >>> lm.fit(x=(sources, targets), epochs=5)  # Compiled with the paper's.
         >>> lm.generate(["The dog sleeps."], beam_size=1)
         >>> lm.save_to_preset("presets/my-model")
     """
@@ -71,6 +71,8 @@ class TransformerSeq2SeqLM(keras.Model):
         preprocessor: TransformerPreprocessor | None = None,
         search: SearchSettings | None = None,
         training_data: str | None = None,
+        *,
+        compile: bool = True,
         **kwargs: Any,
     ):
         inputs = {
@@ -83,6 +85,8 @@ class TransformerSeq2SeqLM(keras.Model):
         self.search_settings = search or SearchSettings()
         self.training_data = training_data
         self._translators: dict[tuple, Translator] = {}
+        if compile:  # As keras-hub's tasks: fit() works at once; compile() replaces it.
+            self.compile()
 
     @property
     def tokenizer(self) -> SubwordTokenizer | None:
@@ -202,24 +206,27 @@ class TransformerSeq2SeqLM(keras.Model):
         """Keras's `fit`; text pairs are tokenized and batched first.
 
         `x=(source_texts, target_texts)`, `x=source_texts, y=target_texts`,
-        or `x` an iterable of (source, target) string pairs (a
-        `tf.data.Dataset` too); `validation_data` the same way. The batches
-        are `train`'s: length buckets of about `tokens_per_batch` padded
-        target tokens (set on the preprocessor), so `batch_size` is refused.
-        Anything else (batches of ids) goes to Keras unchanged."""
-        pairs = _text_pairs(x, y)
+        or `x` an iterable of (source, target) string pairs (a generator or
+        a `tf.data.Dataset` too; UTF-8 bytes are read as text);
+        `validation_data` the same way. The batches are `train`'s: length
+        buckets of about `tokens_per_batch` padded target tokens (set on the
+        preprocessor), or `batch_size` sentences each when given. Anything
+        else (batches of ids) goes to Keras unchanged."""
+        x, pairs = _text_pairs(x, y)
         if pairs is None:
             return keras.Model.fit(self, x, y, **kwargs)
         self._need_preprocessor("fit on texts")
-        if kwargs.get("batch_size") is not None:
+        rows = kwargs.pop("batch_size", None)
+        if rows is not None and (
+            isinstance(rows, bool) or not isinstance(rows, int) or rows < 1
+        ):
             raise ValueError(
-                "batch_size: batches are cut by tokens, not rows; set "
-                "tokens_per_batch on the preprocessor (from_preset(..., "
-                "tokens_per_batch=4096)) instead."
+                f"batch_size must be an integer >= 1 (sentences per batch), or "
+                f"None for tokens_per_batch. Received: {rows!r}"
             )
         validation = kwargs.pop("validation_data", None)
-        validation_pairs = _text_pairs(validation, None)
-        data = self.preprocessor.batches(pairs, validation_pairs)
+        validation, validation_pairs = _text_pairs(validation, None, "validation_data")
+        data = self.preprocessor.batches(pairs, validation_pairs, rows_per_batch=rows)
         if validation_pairs is not None:
             validation = data.valid.for_fit() if data.valid is not None else None
         kwargs.setdefault("shuffle", False)  # The batches shuffle themselves.
@@ -383,28 +390,51 @@ def _check_texts(texts: Any, argument: str = "texts") -> list[str]:
     return list(texts)
 
 
-def _text_pairs(x: Any, y: Any) -> Any:
-    """The text pairs `fit` was given, or None when `x` is not text."""
+def _text_pairs(x: Any, y: Any, argument: str = "x") -> tuple[Any, Any]:
+    """(`x`, the text pairs it holds) for `fit`, or (`x`, None) when it is
+    not text; a generator is peeked at, and given back whole either way."""
     if y is not None and _is_texts(x):
-        return (x, y)
+        return x, (x, y)
     if isinstance(x, tuple) and len(x) == 2 and _is_texts(x[0]):
-        return x
-    if isinstance(x, list) and x and isinstance(x[0], tuple) and _is_texts(x[0]):
-        return x
+        return x, x
+    if _is_texts(x):  # Texts alone: Keras would print them all.
+        raise ValueError(
+            f"{argument} holds texts but no targets: pass y=target_texts, "
+            f"{argument}=(source_texts, target_texts), or (source, target) pairs."
+        )
+    if (
+        isinstance(x, list)
+        and x
+        and isinstance(x[0], (tuple, list))
+        and _is_texts(x[0])
+    ):
+        return x, x
+    if isinstance(x, Iterator) and not _is_keras_data(x):
+        first = next(x, None)
+        x = itertools.chain([] if first is None else [first], x)
+        if isinstance(first, (tuple, list)) and _is_texts(first):
+            return x, x
     if _is_string_dataset(x):
-        return x
-    return None
+        return x, x
+    return x, None
 
 
 def _is_texts(value: Any) -> bool:
-    """A non-empty sequence whose first item is a string (the rest are
-    checked by the preprocessor, which names the one that is not)."""
+    """A non-empty sequence whose first item is a string or UTF-8 bytes (the
+    rest are checked by the preprocessor, which names the one that is not)."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         return False
     try:
-        return len(value) > 0 and isinstance(value[0], str)
+        return len(value) > 0 and isinstance(value[0], (str, bytes))
     except (TypeError, KeyError, IndexError):
         return False
+
+
+def _is_keras_data(x: Any) -> bool:
+    """Iterators Keras reads itself (a PyDataset, a torch DataLoader's)."""
+    return isinstance(x, keras.utils.PyDataset) or type(x).__module__.startswith(
+        ("torch", "tensorflow")
+    )
 
 
 def _is_string_dataset(x: Any) -> bool:

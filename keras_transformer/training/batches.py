@@ -159,26 +159,33 @@ def token_budget_batches(
     valid: TokenPairs | None,
     origin: str,
     *,
-    tokens_per_batch: int,
+    tokens_per_batch: int | None,
     max_length: int,
     seed: int = 0,
     accumulation_steps: int = 1,
     plan: DistributionPlan | None = None,
     buckets: Sequence[int] = DEFAULT_BUCKETS,
+    rows_per_batch: int | None = None,
 ) -> TrainingData:
     """Training batches (shuffled, weighted) of `train` and validation
     batches of `valid`, padded to the lengths of `buckets` up to
-    `max_length`; `origin` names the data in errors."""
+    `max_length`; `origin` names the data in errors. The batches hold about
+    `tokens_per_batch` padded target tokens, or `rows_per_batch` pairs
+    (`tokens_per_batch=None`; `BucketedBatches`)."""
     plan = plan or DistributionPlan("none")
     buckets = bucket_lengths(max_length, buckets)
     common = dict(
         tokens_per_batch=tokens_per_batch,
+        rows_per_batch=rows_per_batch,
         buckets=buckets,
         row_multiple=plan.num_replicas,
         shard_index=plan.shard_index,
         num_shards=plan.num_shards,
     )
-    _check_budget(tokens_per_batch, len(train), buckets[-1], origin, plan.num_replicas)
+    if tokens_per_batch is not None:
+        _check_budget(
+            tokens_per_batch, len(train), buckets[-1], origin, plan.num_replicas
+        )
     batches = BucketedBatches(
         pairs=train,
         seed=seed,
@@ -197,10 +204,10 @@ def token_budget_batches(
     valid_buckets = tuple(b for b in buckets if b < longest) + (
         min((b for b in buckets if b >= longest), default=longest),
     )
-    budget = max(tokens_per_batch, valid_buckets[-1] * plan.num_replicas)
+    if tokens_per_batch is not None:
+        budget = max(tokens_per_batch, valid_buckets[-1] * plan.num_replicas)
+        common["tokens_per_batch"] = budget
     valid_batches = BucketedBatches(
-        pairs=valid,
-        shuffle=False,
-        **{**common, "buckets": valid_buckets, "tokens_per_batch": budget},
+        pairs=valid, shuffle=False, **{**common, "buckets": valid_buckets}
     )
     return TrainingData(train=batches, valid=valid_batches)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import keras
 
 from keras_transformer.data.pipeline import DataPosition
+from keras_transformer.run.directory import RunDirectory
 
 
 def merge_history(
@@ -57,3 +58,13 @@ class EpochHistory(keras.callbacks.Callback):
         self.epochs.setdefault("epoch", []).append(epoch + 1)
         if self.write is not None:
             self.write(self.merged())
+
+
+def write_training_curve(run: RunDirectory, history: dict[str, list]) -> None:
+    """The run's `training_curve.png` (loss and dev BLEU by step), when
+    matplotlib is installed (plotting is optional)."""
+    try:
+        from keras_transformer.plots import training_curves
+    except ImportError:
+        return
+    run.write_curve(training_curves(history, run.dev_bleu_entries() or None))

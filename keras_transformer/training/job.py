@@ -50,7 +50,7 @@ from keras_transformer.training.fine_tune import (
     merged_model,
     resolve_init,
 )
-from keras_transformer.training.history import EpochHistory
+from keras_transformer.training.history import EpochHistory, write_training_curve
 from keras_transformer.training.memory import (
     check_memory,
     is_out_of_memory,
@@ -286,7 +286,7 @@ class _Job:
             max_minutes=self.options.max_minutes,
         )
         self.interrupt = GracefulInterrupt(self.clock, self.save)
-        write = functools.partial(self.run.write_history, plot=False)
+        write = self.run.write_history
         self.history = EpochHistory(
             self.previous_history,
             self.start_position,
@@ -555,6 +555,7 @@ def _train(job: _Job) -> TrainResult:
         with job.plan.local():
             run.save_final_model(job.final_model(), steps)
         run.write_history(merged)
+        write_training_curve(run, merged)
         log(f"{_trained(steps - job.start_step, steps, train_seconds)} -> {run.path}")
         test = _test_score(job)
     return TrainResult(

@@ -10,6 +10,7 @@ can find what a killed process left behind.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import socket
@@ -21,6 +22,8 @@ from pathlib import Path
 PARTIAL_MARK = ".partial"
 # The errors of a full disk (or quota): named as such, exit 74 at the CLI.
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+# A directory this process may not write: a read-only mount, another user's.
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 class WriteFailed(OSError):
@@ -33,14 +36,30 @@ class WriteFailed(OSError):
         self.what = what
         self.detail = detail
 
+    def to_json(self) -> str:
+        """One line that `from_json` makes the same error of (an export's
+        child process reports it so)."""
+        fields = [str(self.path), self.errno, self.strerror, self.what, self.detail]
+        return json.dumps(fields)
+
+    @classmethod
+    def from_json(cls, line: str) -> WriteFailed:
+        path, number, reason, what, detail = json.loads(line)
+        return cls(Path(path), OSError(number, reason), what, detail)
+
     def __str__(self) -> str:
-        reason = self.strerror
+        reason, advice = self.strerror, "run the same command again"
         if self.errno in _NO_SPACE:
             reason += " (the disk is full)"
+            advice = "free some space and " + advice
+        elif self.errno in _NOT_WRITABLE:
+            advice = (
+                f"write it to a directory this user may write, or make "
+                f"{self.path.parent} writable"
+            )
         return (
             f"could not write {self.what} {self.path}: {reason}{self.detail}. "
-            f"Nothing partial was kept ({self.path} is as it was); free some "
-            "space and run the same command again."
+            f"Nothing partial was kept ({self.path} is as it was); {advice}."
         )
 
 
@@ -119,21 +138,26 @@ def atomic_directory(
     `WriteFailed` naming `what` and `out`. Staging directories that a
     killed writer of `out` on this machine left are removed first."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_dead_partials(out)
-    check_free_space(out.parent, needed_bytes, out, what)
-    # Named for its writer (PID@HOST), so that a later write of `out` can
-    # tell a dead writer's leftovers from a live one's.
-    writer = f"{os.getpid()}@{socket.gethostname()}"
-    staging = Path(
-        tempfile.mkdtemp(prefix=f".{out.name}{PARTIAL_MARK}-{writer}-", dir=out.parent)
-    )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_dead_partials(out)
+        check_free_space(out.parent, needed_bytes, out, what)
+        # Named for its writer (PID@HOST), so that a later write of `out` can
+        # tell a dead writer's leftovers from a live one's.
+        writer = f"{os.getpid()}@{socket.gethostname()}"
+        prefix = f".{out.name}{PARTIAL_MARK}-{writer}-"
+        staging = Path(tempfile.mkdtemp(prefix=prefix, dir=out.parent))
+    except OSError as error:  # Else the error names a staging path.
+        if error.errno in _NOT_WRITABLE and type(error) is not WriteFailed:
+            raise WriteFailed(out, error, what) from error
+        raise
     try:
         try:
             write(staging)
         except OSError as error:
             # A writer's own error (a store's) already names its file.
-            if error.errno in _NO_SPACE and type(error) is OSError:
+            failed = _NO_SPACE + _NOT_WRITABLE
+            if error.errno in failed and type(error) in (OSError, PermissionError):
                 raise WriteFailed(out, error, what) from error
             raise
         staging.chmod(0o755)  # mkdtemp's 0700 would hide it from a server user.

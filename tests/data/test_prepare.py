@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -252,6 +254,28 @@ def test_prepare_again_reuses_the_store_and_says_so(store, corpus):
     assert {p.name: p.stat().st_mtime_ns for p in store.path.iterdir()} == before
 
 
+def test_a_store_found_by_content_says_which_files_it_was_made_from(
+    store, corpus, tmp_path
+):
+    # Issue 50: it was logged under the other files' names, silently.
+    files, _, _ = corpus
+    renamed = {}
+    for split, paths in files.items():
+        renamed[split] = tuple(str(tmp_path / f"renamed-{Path(p).name}") for p in paths)
+        for old, new in zip(paths, renamed[split]):
+            shutil.copyfile(old, new)
+    messages = []
+    again = prepare_store(options_for(renamed, store.path), log=messages.append)
+    assert again.fingerprint == store.fingerprint
+    told = [m for m in messages if "split of this store was made from" in m]
+    assert len(told) == len(files), messages
+    train = next(m for m in told if m.startswith("the train split"))
+    assert renamed["train"][0] in train and store.origin("train") in train
+    messages.clear()
+    prepare_store(options_for(files, store.path), log=messages.append)
+    assert not any("was made from" in m for m in messages), messages
+
+
 def test_two_workers_write_the_same_store_as_one(store, corpus, tmp_path, monkeypatch):
     files, _, _ = corpus
     pools = []
@@ -279,6 +303,19 @@ def test_without_out_the_store_goes_to_the_cache_by_key(store, corpus):
     assert cached.path == prepare.default_store_path(store.key)
     assert str(cached.path).startswith(os.environ["KERAS_TRANSFORMER_CACHE"])
     assert cached.fingerprint == store.fingerprint  # Same content, same print.
+
+
+@pytest.mark.parametrize("out", ["file", "file/store"])
+def test_an_out_that_is_or_lies_in_a_file_is_refused_naming_it(corpus, tmp_path, out):
+    files, _, _ = corpus
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(StoreError) as error:
+        prepare_store(options_for(files, tmp_path / out), log=quiet)
+    within = "" if out == "file" else f" ({tmp_path / 'file'} is a file)"
+    assert str(error.value).startswith(
+        f"--out {tmp_path / out}: a store is a directory{within}; name a new"
+    )
+    assert (tmp_path / "file").read_text() == "mine"
 
 
 def test_other_settings_into_the_same_out_are_refused_then_replaced(

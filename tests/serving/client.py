@@ -35,13 +35,20 @@ class Response:
 class ServerProcess:
     """`keras-transformer serve ARGS --port 0`, ready once /readyz answers
     200 (`wait_ready=False`: once it listens); its stderr goes to `log`
-    (read it when a test fails)."""
+    (read it when a test fails); `backend` sets the server's KERAS_BACKEND."""
 
     def __init__(
-        self, args: list[str], log: Path, timeout: float = 600, wait_ready: bool = True
+        self,
+        args: list[str],
+        log: Path,
+        timeout: float = 600,
+        wait_ready: bool = True,
+        backend: str | None = None,
     ):
         command = [sys.executable, "-m", "keras_transformer", "serve", *args]
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        if backend:  # The server's own, not the suite's.
+            env["KERAS_BACKEND"] = backend
         self.log = log
         self._log_file = open(log, "wb")  # Closed in stop().
         self.process = subprocess.Popen(

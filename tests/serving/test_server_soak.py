@@ -8,9 +8,11 @@ compile new programs while serving, without bound, until the process hit
 the kernel's vm.max_map_count and aborted (issue 50). Now the warm-up
 compiles every shape a request can have (`batching.ladder_lengths`), so
 nothing compiles while serving and the mappings and memory stay where the
-warm-up left them. In CI on JAX only, at a small size: TensorFlow's traces
-cost 3-5 s each, so there it runs with KERAS_TRANSFORMER_SOAK=tensorflow
-(docs/serving.md has both backends' figures); torch compiles nothing."""
+warm-up left them. The server runs on JAX, or on the backend that
+KERAS_TRANSFORMER_SOAK names (TensorFlow's traces cost 3-5 s each, so it
+is not the default; docs/serving.md has both backends' figures; torch
+compiles nothing). The server is its own process, so the test runs in
+one suite only (backend_neutral): CI's shortest."""
 
 from __future__ import annotations
 
@@ -18,22 +20,14 @@ import os
 import random
 import threading
 
-import keras
 import pytest
 
 from keras_transformer.data.tokenizer import load_tokenizer
 from keras_transformer.decoding.batching import ladder_length, ladder_lengths
 from tests.serving.client import ServerProcess
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        keras.backend.backend()
-        not in ("jax", os.environ.get("KERAS_TRANSFORMER_SOAK", "jax")),
-        reason="JAX in CI (TensorFlow: KERAS_TRANSFORMER_SOAK=tensorflow); "
-        "torch compiles nothing",
-    ),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.backend_neutral]
+SERVER_BACKEND = os.environ.get("KERAS_TRANSFORMER_SOAK", "jax")
 
 MAX_TOKENS = 96  # Over the old default warm-up (64 tokens).
 BEAMS, ALPHAS = (1, 2), (0.6, 1.0)
@@ -72,7 +66,9 @@ def test_random_lengths_and_settings_compile_nothing_and_hold_memory(
 ):
     tokenizer = load_tokenizer(untrained_run / "tokenizer")
     server = ServerProcess(
-        ["--run-dir", str(untrained_run), *FLAGS], tmp_path / "server.log"
+        ["--run-dir", str(untrained_run), *FLAGS],
+        tmp_path / "server.log",
+        backend=SERVER_BACKEND,
     )
     try:
         ready = _mappings_and_rss(server.process.pid)

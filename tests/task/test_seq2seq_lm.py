@@ -10,6 +10,7 @@ from keras_transformer import TransformerSeq2SeqLM
 from keras_transformer.cli import main
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.schedules import TransformerSchedule
+from keras_transformer.task import seq2seq_lm
 from tests.task.conftest import SMALL
 
 SOURCES = ["the dog sleeps .", "", "the old man likes the garden .", "water ."]
@@ -91,11 +92,70 @@ def test_validation_data_as_text_pairs(reference_fit):
     assert "val_token_accuracy" in reference_fit
 
 
-def test_fit_refuses_a_batch_size_and_names_tokens_per_batch(pairs, tokenizer):
+def batch_arrays(data):
+    """Every training batch of `data` (a `TrainingData`) as NumPy arrays."""
+    for index in range(len(data.train)):
+        inputs, labels, weights = data.train[index]
+        yield [np.asarray(a) for a in (*inputs.values(), labels, weights)]
+
+
+def test_every_form_of_text_pairs_gives_the_same_batches(pairs, tokenizer):
+    # Generators and UTF-8 bytes were handed to Keras, which failed with
+    # "Invalid dtype: str2912" or printed the whole list (issue 50).
+    source, target = pairs[0][:40], pairs[1][:40]
+    forms = [
+        ((source, target), None),
+        (source, target),
+        (list(zip(source, target)), None),
+        ((pair for pair in zip(source, target)), None),
+        (([s.encode() for s in source], [t.encode() for t in target]), None),
+    ]
+    preprocessor = untrained(tokenizer).preprocessor
+    expected = None
+    for x, y in forms:
+        _, text_pairs = seq2seq_lm._text_pairs(x, y)
+        got = list(batch_arrays(preprocessor.batches(text_pairs)))
+        expected = expected or got
+        assert len(got) == len(expected) > 1
+        for mine, theirs in zip(got, expected):
+            for a, b in zip(mine, theirs):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_a_generator_of_arrays_is_keras_business_and_given_back_whole():
+    batches = [(np.zeros((2, 3)), np.ones((2, 3))) for _ in range(3)]
+    x, text_pairs = seq2seq_lm._text_pairs(iter(batches), None)
+    assert text_pairs is None and len(list(x)) == 3
+
+
+def test_fit_needs_no_compile_and_takes_batch_size_as_sentences(pairs, tokenizer):
+    # keras-hub's tasks are compiled on construction, and a Keras user's
+    # batch_size means sentences per batch: both are so here (issue 50).
+    source, target = pairs[0][:40], pairs[1][:40]
     task = untrained(tokenizer)
-    task.compile()
-    with pytest.raises(ValueError, match="tokens_per_batch"):
-        task.fit(x=pairs, batch_size=32, epochs=1, verbose=0)
+    data = task.preprocessor.batches((source, target), rows_per_batch=8)
+    rows = [arrays[0].shape[0] for arrays in batch_arrays(data)]
+    assert set(rows) == {8} and len(rows) >= 5  # 40 pairs, by length bucket.
+    seen = []
+    count = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: seen.append(batch)
+    )
+    history = task.fit(
+        x=(source, target), batch_size=8, epochs=1, verbose=0, callbacks=[count]
+    )
+    assert len(seen) == len(rows) and np.isfinite(history.history["loss"][0])
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
+        task.fit(x=(source, target), batch_size=0, epochs=1, verbose=0)
+
+
+def test_texts_without_targets_and_pairs_of_three_are_named(pairs, tokenizer):
+    source, target = pairs
+    task = untrained(tokenizer)
+    with pytest.raises(ValueError, match="x holds texts but no targets: pass y="):
+        task.fit(x=source, epochs=1, verbose=0)
+    triples = ((s, t, t) for s, t in zip(source, target))
+    with pytest.raises(TypeError, match="x: item 0 is not a .source, target. pair"):
+        task.fit(x=triples, epochs=1, verbose=0)
 
 
 def test_fit_refuses_lists_of_different_lengths(pairs, tokenizer):

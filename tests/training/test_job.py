@@ -138,6 +138,8 @@ def test_run_directory_contents(reference):
     assert history["step"][-1] == 12
     assert all(np.isfinite(history["loss"])) and "val_perplexity" in history
     assert run.model_path.exists() and run.config_path.exists()
+    # The curve of loss and dev BLEU, drawn by training/ and kept by the run.
+    assert run.curve_path.read_bytes().startswith(b"\x89PNG")
 
 
 def test_dev_bleu_during_training_logs_scores_and_training_time(reference):

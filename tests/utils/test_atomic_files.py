@@ -114,3 +114,34 @@ def test_only_a_dead_writers_leftovers_are_removed(tmp_path):
         p.name for p in (live, elsewhere, unnamed, other, out)
     )
     assert out.stat().st_mode & 0o777 == 0o755
+
+
+@pytest.mark.parametrize("number", [13, 30])  # EACCES, EROFS
+def test_a_directory_it_may_not_write_is_named_not_its_staging(
+    tmp_path, monkeypatch, number
+):
+    # As root, a chmod does not stop a write: the refusal is injected where
+    # the OS gives it (issue 50: a raw OSError named the staging directory).
+    def refused(prefix, dir):
+        raise PermissionError(number, os.strerror(number), f"{dir}/{prefix}x")
+
+    monkeypatch.setattr("tempfile.mkdtemp", refused)
+    out = tmp_path / "preset"
+    with pytest.raises(WriteFailed) as failed:
+        atomic_directory(out, lambda staging: None, what="the preset")
+    message = str(failed.value)
+    assert message.startswith(
+        f"could not write the preset {out}: {os.strerror(number)}"
+    )
+    assert f"make {tmp_path} writable" in message and ".partial" not in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_write_failure_crosses_a_process_as_itself(tmp_path):
+    error = WriteFailed(
+        tmp_path / "onnx", OSError(28, "No space left on device"), "the ONNX export",
+        ": it needs about 1.0 MB, 0.0 MB free",
+    )  # fmt: skip
+    again = WriteFailed.from_json(error.to_json())
+    assert type(again) is WriteFailed and str(again) == str(error)
+    assert again.errno == 28 and again.path == error.path

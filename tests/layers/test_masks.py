@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer import masks
+from keras_transformer.layers import masks
 from tests.helpers import to_numpy
 
 pytestmark = pytest.mark.usefixtures("keras_state")
