@@ -37,8 +37,8 @@ _CACHE_MIN_COMPILE_SECONDS = 0.5
 TORCH_COMPILE_ENV = "KERAS_TRANSFORMER_TORCH_COMPILE"
 
 
-class _TraceCounter:
-    """Programs traced for compiling, counted across threads."""
+class _Counter:
+    """A count kept across threads."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -49,7 +49,10 @@ class _TraceCounter:
             self.count += 1
 
 
-_traces = _TraceCounter()
+_traces = _Counter()  # Programs traced for compiling.
+_cache_loads = _Counter()  # Of those, loaded from the persistent cache.
+_JAX_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_listening = threading.Lock()
 
 
 def compilations() -> int:
@@ -58,6 +61,27 @@ def compilations() -> int:
     eagerly: 0). A server reads it to tell a compile while serving from
     one during its warm-up."""
     return _traces.count
+
+
+def cache_loads() -> int:
+    """Of `compilations()`, the programs read from the persistent compilation
+    cache instead of compiled (JAX, once `enable_compilation_cache` ran;
+    TensorFlow does not say: 0). A load costs the reading, not the compile."""
+    return _cache_loads.count
+
+
+def _count_jax_cache_loads() -> None:
+    """Count JAX's cache-hit events from now on (once per process)."""
+    import jax  # noqa: TID251 - the JAX compiler itself
+
+    if not _listening.acquire(blocking=False):
+        return  # Already listening.
+
+    def on_event(event: str, **_: object) -> None:
+        if event == _JAX_CACHE_HIT:
+            _cache_loads.add()
+
+    jax.monitoring.register_event_listener(on_event)
 
 
 def _counting(fn: Callable) -> Callable:
@@ -164,6 +188,7 @@ def enable_compilation_cache(
 def _enable_jax_cache(directory) -> Path:
     import jax  # noqa: TID251 - the JAX compiler itself
 
+    _count_jax_cache_loads()
     configured = jax.config.jax_compilation_cache_dir
     if configured:
         return Path(configured)

@@ -24,7 +24,8 @@ words).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from keras import ops
@@ -150,9 +151,10 @@ class ForcedScorer:
             found += _per_sentence(chosen, cross, part_s, part_o)
         return found
 
-    def warm_up(self, max_tokens: int, stop=lambda: False) -> int:
-        """Compile every shape a pass of sides up to `max_tokens` tokens can
-        take; returns the shapes run (fewer when `stop()` turned True)."""
+    def warm_up_steps(self, max_tokens: int) -> list[Callable[[], None]]:
+        """The steps that compile every shape a pass of sides up to
+        `max_tokens` tokens can take, one per shape, for the caller to run
+        (a server, before it says it is ready)."""
         from keras_transformer.decoding.generator import smaller_batch_size
 
         self.limit = max_tokens
@@ -162,14 +164,18 @@ class ForcedScorer:
                 for n in range(1, self.batch_size + 1)
             }
         )
-        shapes = [(r, n) for r in rows for n in padded_lengths(max_tokens)]
-        for count, (size, width) in enumerate(shapes):
-            if stop():
-                return count
-            ids = np.full((size, width), min(8, self.model.config.vocab_size - 1))
+        token = min(8, self.model.config.vocab_size - 1)
+
+        def step(size: int, width: int) -> None:
+            ids = np.full((size, width), token, np.int32)
             arrays = forced_arrays([], [], size, width, width)
-            ops.convert_to_numpy(self._pass(ids.astype(np.int32), *arrays[1:])[0])
-        return len(shapes)
+            ops.convert_to_numpy(self._pass(ids, *arrays[1:])[0])
+
+        return [
+            functools.partial(step, size, width)
+            for size in rows
+            for width in padded_lengths(max_tokens)
+        ]
 
 
 def padded_length(tokens: int, limit: int | None = None) -> int:

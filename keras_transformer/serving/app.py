@@ -35,7 +35,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from keras_transformer.decoding.compile import compilations
+from keras_transformer.decoding.compile import cache_loads, compilations
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving import jobs, schema
 from keras_transformer.serving.batcher import Batcher, Overloaded
@@ -48,6 +48,7 @@ from keras_transformer.serving.schema import RequestError
 from keras_transformer.version import __version__
 
 log = logging.getLogger("keras_transformer.serve")
+WARMUP_LOG_SECONDS = 15  # A progress line this often while warming up.
 
 _ERRORS = {
     status: {"model": schema.ErrorResponse, "description": text}
@@ -87,66 +88,92 @@ class Serving:
     warmup_error: str | None = None
     # Why no program may be compiled any more (`serving.mappings`), or None.
     mappings_short: str | None = None
-    _compiled: int = 0  # Compilations counted in the metrics so far.
+    # Programs (compiled, loaded from the cache) counted in the metrics so far.
+    _programs: tuple[int, int] = (0, 0)
 
     def warm_up(self) -> None:
         """Compile every allowed search and, on the Keras engine, every
-        program of /v1/attention (on a worker thread), then ready."""
-        start = time.perf_counter()
-        before = compilations()
-
-        def stop() -> bool:  # Shutting down: the warm-up ends early.
-            exhausted = mappings_exhausted()
-            if exhausted is not None:  # Refused before the limit crashes it.
-                raise RuntimeError(
-                    f"the warm-up stopped after {compilations() - before} "
-                    f"programs: {exhausted}"
-                )
-            return self.stopping
-
-        searches = self.engine.warm_up(self.allowed, self.warmup_tokens, stop)
-        # A few shapes cover every length allowed: all, whatever --warmup-tokens.
-        attention = self.engine.warm_up_attention(self.options.max_text_tokens, stop)
+        program of /v1/attention and of the details (on a worker thread),
+        then ready. The steps (a batch shape each) are planned first, so
+        /metrics and the log say how far it is."""
+        start = last_log = time.perf_counter()
+        self._programs = _programs()
+        engine = self.engine
         # Outputs run up to the longest source + max_extra_length, then EOS.
         longest = self.options.max_text_tokens + self.settings.max_extra_length + 1
-        details = self.engine.warm_up_details(longest, stop)
-        if self.stopping:
-            return
+        parts = {  # A few attention shapes cover every length: all of them.
+            "batch": engine.warm_up_steps(self.allowed, self.warmup_tokens),
+            "attention": engine.attention_warm_up_steps(self.options.max_text_tokens),
+            "details": engine.details_warm_up_steps(longest),
+        }
+        steps = [step for part in parts.values() for step in part]
+        self.metrics.warmup_planned(len(steps))
+        for done, step in enumerate(steps, 1):
+            if self.stopping:  # Shutting down: the warm-up ends early.
+                return
+            self._stop_short_of_the_mapping_limit()
+            step()
+            self.metrics.warmup_step_done()
+            self._count_programs("warmup")
+            if time.perf_counter() - last_log >= WARMUP_LOG_SECONDS:
+                last_log = time.perf_counter()
+                log.info(
+                    "warming up: %d of %d shapes in %.0f s",
+                    done,
+                    len(steps),
+                    last_log - start,
+                )
         self.warmup_seconds = round(time.perf_counter() - start, 2)
-        self._compiled = compilations()
-        self.metrics.compiled("warmup", self._compiled - before)
         self.metrics.warmed_up(self.warmup_seconds)
         self.ready = True
+        compiled, loaded = self.metrics.programs("warmup")
         log.info(
-            "warm-up done in %.1f s: %d batch shapes, %d attention shapes, %d "
-            "details shapes, %d programs compiled; ready",
+            "warm-up done in %.1f s: %s, %d programs compiled, %d loaded from "
+            "the compilation cache; ready",
             self.warmup_seconds,
-            searches,
-            attention,
-            details,
-            self._compiled - before,
+            ", ".join(f"{len(part)} {name} shapes" for name, part in parts.items()),
+            compiled,
+            loaded,
         )
         short = maps_running_short()
         if short:
             log.warning(short)
 
+    def _stop_short_of_the_mapping_limit(self) -> None:
+        exhausted = mappings_exhausted()
+        if exhausted is not None:  # Refused before the limit crashes it.
+            compiled, loaded = self.metrics.programs("warmup")
+            raise RuntimeError(
+                f"the warm-up stopped after {compiled + loaded} programs: {exhausted}"
+            )
+
+    def _count_programs(self, phase: str) -> int:
+        """Count the programs compiled and loaded since the last count under
+        `phase` in the metrics; returns those compiled and loaded."""
+        now = _programs()
+        compiled, loaded = (max(0, a - b) for a, b in zip(now, self._programs))
+        self._programs = now
+        self.metrics.compiled(phase, compiled)
+        self.metrics.loaded(phase, loaded)
+        return compiled + loaded
+
     def count_compilations(self) -> None:
         """Programs compiled since the last count: while serving, each is a
         shape the warm-up did not reach (logged, and in /metrics)."""
-        now = compilations()
-        if self.ready and now > self._compiled:
-            self.metrics.compiled("serving", now - self._compiled)
+        if not self.ready:
+            return
+        new = self._count_programs("serving")
+        if new:
             log.warning(
                 "compiled %d program(s) while serving: a shape the warm-up did not "
                 "reach (a source over --warmup-tokens %d)",
-                now - self._compiled,
+                new,
                 self.warmup_tokens,
             )
             short = maps_running_short()
             if short:
                 log.warning(short)
             self.mappings_short = mappings_exhausted()
-        self._compiled = now
 
     def check_compiles(self, counts: list[int]) -> None:
         """Refuse (503) texts that would compile a program (longer than the
@@ -161,6 +188,12 @@ class Serving:
                 f"the warm-up did not compile, and {self.mappings_short} "
                 f"Texts of up to {self.warmup_tokens} tokens are served.",
             )
+
+
+def _programs() -> tuple[int, int]:
+    """Programs compiled, and loaded from the compilation cache, so far."""
+    loaded = cache_loads()
+    return compilations() - loaded, loaded
 
 
 def create_app(serving: Serving) -> FastAPI:

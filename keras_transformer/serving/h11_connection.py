@@ -51,7 +51,9 @@ import asyncio
 import json
 import math
 import sys
+from collections.abc import Callable
 from http import HTTPStatus
+from typing import Any
 
 import h11
 from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE  # As uvicorn does.
@@ -66,6 +68,8 @@ class JsonH11Protocol(H11Protocol):
 
     header_timeout_s: float = 10.0  # `protocol_class` sets the served values.
     max_requests: int = 0  # Per connection; 0: no limit.
+    # Told of each error answer: (status, client address, message).
+    on_error: Callable[[int, Any, str], None] | None = None
     _header_timer: asyncio.TimerHandle | None = None
     _requests: int = 0  # Requests begun on this connection.
 
@@ -141,11 +145,13 @@ class JsonH11Protocol(H11Protocol):
             "The request line and headers did not arrive within "
             f"{self.header_timeout_s:g} s."
         )
-        self.logger.info("%s (client %s)", message, self.client)
         self._send_error(408, message)
 
     def _send_error(self, status: int, message: str) -> None:
-        """Answer `status` in the server's error shape, then close."""
+        """Answer `status` in the server's error shape, then close; tell
+        `on_error` (the server's request log and metrics)."""
+        if self.on_error is not None:
+            self.on_error(status, self.client, message)
         body = json.dumps({"error": {"field": "http", "message": message}}).encode()
         headers = [
             *self.server_state.default_headers,
@@ -189,12 +195,16 @@ def _close_after(cycle) -> None:
 
 
 def protocol_class(
-    *, header_timeout_s: float, max_requests: int = 0
+    *,
+    header_timeout_s: float,
+    max_requests: int = 0,
+    on_error: Callable[[int, Any, str], None] | None = None,
 ) -> type[JsonH11Protocol]:
     """A `JsonH11Protocol` subclass whose header timeout is
     `header_timeout_s` seconds and whose connections carry at most
     `max_requests` requests each (0: no limit), for
-    `uvicorn.Config(http=...)`."""
+    `uvicorn.Config(http=...)`; `on_error(status, client, message)` is
+    called for each error answer it gives (`RequestLog.protocol_error`)."""
     if not (math.isfinite(header_timeout_s) and header_timeout_s > 0):
         raise ValueError(f"header_timeout_s must be > 0, not {header_timeout_s}.")
     if isinstance(max_requests, bool) or not isinstance(max_requests, int):
@@ -203,5 +213,9 @@ def protocol_class(
         raise ValueError(
             f"max_requests must be >= 0 (0: no limit), not {max_requests}."
         )
-    values = {"header_timeout_s": header_timeout_s, "max_requests": max_requests}
+    values = {
+        "header_timeout_s": header_timeout_s,
+        "max_requests": max_requests,
+        "on_error": None if on_error is None else staticmethod(on_error),
+    }
     return type("JsonH11Protocol", (JsonH11Protocol,), values)

@@ -45,6 +45,10 @@ PHASES = ("warmup", "serving")
 # The route label of a request no route matched (a 404, or a redirect to
 # the path with or without its trailing slash).
 UNMATCHED = "unmatched"
+UVICORN_LOGGER = "uvicorn"  # Its "uvicorn.error" lines pass through it.
+# The route of an answer the HTTP layer gave before any request was parsed
+# (a header timeout, malformed HTTP: `h11_connection`).
+UNPARSED = "unparsed"
 # The status recorded when the client left and the application sent
 # nothing (nginx's "client closed request").
 CLIENT_CLOSED = 499
@@ -116,6 +120,12 @@ class ServerMetrics:
     - `compilations_total{phase}` (counter): programs compiled, during
       "warmup" or while "serving" (`compiled`); a rising "serving" count
       means requests pay for compilations warm-up did not cover.
+    - `compilation_cache_loads_total{phase}` (counter): programs read from
+      the persistent compilation cache instead (`loaded`; JAX says which,
+      TensorFlow does not: its loads count as compilations).
+    - `warmup_shapes_planned`, `warmup_shapes_done` (gauges): the warm-up's
+      steps, a batch shape each (`warmup_planned`, `warmup_step_done`): its
+      progress is done / planned.
     - `warmup_seconds` (gauge): how long warm-up took (`warmed_up`).
     - `ready` (gauge): 1 once the server is warm, else 0 (`set_ready`).
 
@@ -182,10 +192,28 @@ class ServerMetrics:
             ["phase"],
             registry=registry,
         )
+        self.cache_loads = Counter(
+            PREFIX + "compilation_cache_loads",
+            "Programs loaded from the compilation cache instead of compiled.",
+            ["phase"],
+            registry=registry,
+        )
         for phase in PHASES:  # Both exported from the start, at 0.
             self.compilations.labels(phase=phase)
+            self.cache_loads.labels(phase=phase)
+        self._programs = {phase: [0, 0] for phase in PHASES}
 
     def _add_state_metrics(self) -> None:
+        self.warmup_planned_shapes = Gauge(
+            PREFIX + "warmup_shapes_planned",
+            "Steps of the warm-up, a batch shape each.",
+            registry=self.registry,
+        )
+        self.warmup_done_shapes = Gauge(
+            PREFIX + "warmup_shapes_done",
+            "Steps of the warm-up done (progress: done / planned).",
+            registry=self.registry,
+        )
         self.warmup_seconds = Gauge(
             PREFIX + "warmup_seconds",
             "Seconds the warm-up took (0 until it is done).",
@@ -232,9 +260,30 @@ class ServerMetrics:
 
     def compiled(self, phase: str, n: int = 1) -> None:
         """`n` programs compiled during `phase` ("warmup" or "serving")."""
+        self._count_programs(self.compilations, phase, 0, n)
+
+    def loaded(self, phase: str, n: int = 1) -> None:
+        """`n` programs loaded from the compilation cache during `phase`."""
+        self._count_programs(self.cache_loads, phase, 1, n)
+
+    def _count_programs(self, counter: Counter, phase: str, kind: int, n: int) -> None:
         if phase not in PHASES:
             raise ValueError(f"phase {phase!r}: expected one of {PHASES}.")
-        self.compilations.labels(phase=phase).inc(n)
+        counter.labels(phase=phase).inc(n)
+        self._programs[phase][kind] += n
+
+    def programs(self, phase: str) -> tuple[int, int]:
+        """Programs compiled, and loaded from the cache, during `phase`."""
+        compiled, loaded = self._programs[phase]
+        return compiled, loaded
+
+    def warmup_planned(self, shapes: int) -> None:
+        """The warm-up will run `shapes` steps."""
+        self.warmup_planned_shapes.set(shapes)
+
+    def warmup_step_done(self) -> None:
+        """One more step of the warm-up done."""
+        self.warmup_done_shapes.inc()
 
     def warmed_up(self, seconds: float) -> None:
         """The warm-up took `seconds`: the server is ready."""
@@ -279,7 +328,10 @@ def route_template(scope: Mapping[str, Any]) -> str:
 
 
 def _client(scope: Mapping[str, Any]) -> str | None:
-    client = scope.get("client")
+    return _address(scope.get("client"))
+
+
+def _address(client) -> str | None:
     if not client:
         return None
     host, port = client[0], client[1]
@@ -375,18 +427,43 @@ class RequestLog:
         self.metrics.observe_request(route, scope.get("method", ""), status, seconds)
         if status < 400 and route in PROBES and not self.log_probes:
             return
-        fields = {
-            "request_id": state.get("request_id"),
-            "method": scope.get("method"),
-            "path": scope.get("path"),
-            "status": status,
-            "texts": state.get("texts"),
-            "tokens": state.get("tokens"),
-            "milliseconds": round(seconds * 1000, 2),
-            "engine": self.engine,
-            "client": _client(scope),
-            "disconnected": disconnected,
-        }
+        self._log(
+            {
+                "request_id": state.get("request_id"),
+                "method": scope.get("method"),
+                "path": scope.get("path"),
+                "status": status,
+                "texts": state.get("texts"),
+                "tokens": state.get("tokens"),
+                "milliseconds": round(seconds * 1000, 2),
+                "engine": self.engine,
+                "client": _client(scope),
+                "disconnected": disconnected,
+            }
+        )
+
+    def protocol_error(self, status: int, client, message: str) -> None:
+        """An answer the HTTP layer gave before a request reached the
+        application (`h11_connection`: 408 for headers that did not arrive
+        in time, 400, 431 or 501 for malformed HTTP): counted under the
+        route "unparsed" and logged as a request with its `error`."""
+        self.metrics.observe_request(UNPARSED, "", status, 0.0)
+        fields = dict.fromkeys(("request_id", "method", "path"))
+        self._log(
+            {
+                **fields,
+                "status": status,
+                "texts": None,
+                "tokens": None,
+                "milliseconds": None,
+                "engine": self.engine,
+                "client": _address(client),
+                "disconnected": False,
+                "error": message,
+            }
+        )
+
+    def _log(self, fields: dict[str, Any]) -> None:
         self.logger.info(
             "request %s",
             _KeyValues(fields),
@@ -490,4 +567,13 @@ def configure_logging(log_format: str) -> logging.Logger:
     logger.setLevel(logging.INFO)
     # Its lines are complete: not again through the root logger's handlers.
     logger.propagate = False
+    # uvicorn's own lines (start, shutdown, a failing request's traceback)
+    # in the same format: the server runs it with `log_config=None`.
+    uvicorn_logger = logging.getLogger(UVICORN_LOGGER)
+    for old in list(uvicorn_logger.handlers):
+        if isinstance(old, _StderrHandler):
+            uvicorn_logger.removeHandler(old)
+    uvicorn_logger.addHandler(handler)
+    uvicorn_logger.setLevel(logging.INFO)
+    uvicorn_logger.propagate = False
     return logger

@@ -22,7 +22,6 @@ import ipaddress
 import logging
 import signal
 import socket
-import sys
 import tempfile
 from pathlib import Path
 
@@ -171,7 +170,10 @@ def serve(
         finally:
             serving.batcher.stop()
             serving.engine.close()
-    print("keras-transformer serve: stopped", file=sys.stderr, flush=True)
+    # In --log-format, as every line of the log is.
+    logging.getLogger("keras_transformer.serve").info(
+        "keras-transformer serve: stopped"
+    )
     return 0
 
 
@@ -283,7 +285,9 @@ def _serve_on(app, sock: socket.socket, host: str, engine: str, options) -> None
         http=protocol_class(
             header_timeout_s=options.header_timeout_s,
             max_requests=options.max_requests_per_connection,
+            on_error=app.protocol_error,  # Counted and logged as requests.
         ),
+        log_config=None,  # Its loggers write in --log-format (configure_logging).
         log_level="info",
         access_log=False,  # One line per request is RequestLog's.
         timeout_keep_alive=options.keep_alive_s,

@@ -39,6 +39,33 @@ def test_cache_goes_under_the_environment_root_and_respects_a_user_setting(
         jax.config.update("jax_compilation_cache_dir", previous)
 
 
+CACHE_LOADS = """
+import sys
+import jax
+import numpy
+from keras_transformer.decoding.compile import cache_loads, enable_compilation_cache
+enable_compilation_cache(sys.argv[1])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+square = jax.jit(lambda x: x * x + 1)
+square(numpy.ones(3, "float32")).block_until_ready()  # Compiled, and written.
+before = cache_loads()
+jax.clear_caches()  # Forgotten in memory: the next call reads the disk.
+square(numpy.ones(3, "float32")).block_until_ready()
+print(before, cache_loads())
+"""
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="JAX only")
+def test_a_program_read_from_the_cache_is_counted_as_a_load(tmp_path):
+    # The server counts loads apart from compilations (issue 50).
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
+    done = subprocess.run(
+        [sys.executable, "-c", CACHE_LOADS, str(tmp_path)],
+        capture_output=True, text=True, env=env, check=True,
+    )  # fmt: skip
+    assert done.stdout.split() == ["0", "1"], done.stderr[-2000:]
+
+
 @tensorflow_only
 def test_tensorflow_cache_is_per_version_and_machine_and_respects_a_user_setting(
     tmp_path, monkeypatch

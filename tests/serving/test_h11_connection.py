@@ -62,6 +62,7 @@ class Errors(logging.Handler):
 
 class Running:
     def __init__(self, header_timeout_s: float, max_requests: int = 0) -> None:
+        self.told: list[tuple] = []  # What `on_error` was told.
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         sock.listen(64)
@@ -69,7 +70,9 @@ class Running:
         config = uvicorn.Config(
             echo_app,
             http=protocol_class(
-                header_timeout_s=header_timeout_s, max_requests=max_requests
+                header_timeout_s=header_timeout_s,
+                max_requests=max_requests,
+                on_error=lambda *answer: self.told.append(answer),
             ),
             lifespan="off",
             log_config=None,  # Records reach the root logger (`Errors`).
@@ -254,7 +257,8 @@ def test_pipelined_requests_are_answered_in_order(client):
     assert [ok(c.response())["path"] for _ in range(3)] == ["/a", "/b", "/c"]
 
 
-def test_half_the_headers_then_a_stall_gets_408_and_a_close(client):
+def test_half_the_headers_then_a_stall_gets_408_and_a_close(client, server):
+    server.told.clear()
     c = client()
     start = time.monotonic()
     c.send(b"GET / HTTP/1.1\r\nHost: 127.0")
@@ -263,6 +267,10 @@ def test_half_the_headers_then_a_stall_gets_408_and_a_close(client):
     assert TIMEOUT - 0.05 <= elapsed < TIMEOUT + MARGIN
     assert message == f"The request line and headers did not arrive within {TIMEOUT} s."
     assert c.closed()
+    # Told to the server's request log and metrics (issue 50: missing there).
+    ((status, address, told),) = server.told
+    assert (status, told) == (408, message)
+    assert address == c.sock.getsockname()
 
 
 def test_a_silent_connection_gets_408_and_a_close(client):
@@ -333,13 +341,17 @@ def test_a_pipelined_request_that_stalls_gets_408_after_the_first_answer(client)
         (b"GET / HTTP/1.1\r\n\r\n", "Missing mandatory Host: header"),
     ],
 )
-def test_malformed_http_gets_400_in_the_error_shape(client, request_bytes, detail):
+def test_malformed_http_gets_400_in_the_error_shape(
+    client, server, request_bytes, detail
+):
+    server.told.clear()
     c = client()
     c.send(request_bytes)
     message = error(c.response(), 400)
     assert message.startswith("Invalid HTTP request received: ")
     assert detail in message
     assert c.closed()
+    assert [(status, told) for status, _, told in server.told] == [(400, message)]
 
 
 def test_a_header_section_over_h11s_limit_gets_431_in_the_error_shape(client):

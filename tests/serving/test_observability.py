@@ -438,6 +438,22 @@ def test_json_log_one_object_per_request(capsys):
     assert ok["texts"] is None and ok["tokens"] is None
 
 
+def test_the_http_layers_own_answers_are_counted_and_logged(capsys):
+    # 408s and malformed-HTTP 400s never reach the application (issue 50:
+    # missing from /metrics and the log); uvicorn's lines use the format.
+    metrics = ServerMetrics()
+    app = make_app(metrics, configure_logging("json"))
+    app.protocol_error(408, ("127.0.0.1", 50001), "The request line ... 10 s.")
+    logging.getLogger("uvicorn.error").info("Started server process [%d]", 7)
+    entries = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    timeout, uvicorn_line = entries
+    assert timeout["status"] == 408 and timeout["event"] == "request"
+    assert timeout["error"] == "The request line ... 10 s."
+    assert timeout["client"] == "127.0.0.1:50001" and timeout["path"] is None
+    assert uvicorn_line["message"] == "Started server process [7]"
+    assert requests(metrics) == {("unparsed", "OTHER", "408"): 1}
+
+
 def test_other_records_keep_their_message(capsys):
     configure_logging("json").info("warm after %.1f s", 2.0)
     entry = json.loads(capsys.readouterr().err)

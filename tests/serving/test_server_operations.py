@@ -415,8 +415,18 @@ def test_a_bearer_token_and_json_logs(patient_server):
     refused = process.request("POST", "/v1/translate", body, {**headers, **origin})
     assert refused.status == 401
     assert refused.headers["access-control-allow-origin"] == "https://example.org"
+    with socket.create_connection(("127.0.0.1", process.port), timeout=30) as raw:
+        raw.sendall(b"NOT HTTP\r\n\r\n")  # Answered by the HTTP layer: 400.
+        assert raw.recv(65536).startswith(b"HTTP/1.1 400 ")
+    unparsed = ("keras_transformer_requests_total", "unparsed", "OTHER", "400")
+    found = process.metrics(headers={"Authorization": f"Bearer {KEY}"})
+    labels = (("method", "OTHER"), ("route", "unparsed"), ("status", "400"))
+    assert found[(unparsed[0], labels)] == 1
     assert process.stop() == 0
     log = process.log.read_text()
+    entries = [json.loads(line) for line in log.splitlines()]  # Every line.
+    malformed = [e for e in entries if e.get("status") == 400]
+    assert len(malformed) == 1 and "illegal request line" in malformed[0]["error"]
     lines = [json.loads(line) for line in log.splitlines() if '"req-7"' in line]
     ok = [line for line in lines if line.get("status") == 200]
     assert len(ok) == 1 and ok[0]["texts"] == 4 and ok[0]["tokens"] > 0

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from keras_transformer.utils.setting_fields import flag_name
 from keras_transformer.version import __version__
 
 Hypotheses = list[tuple[str, float]]
+Step = Callable[[], object]  # One part of a warm-up: a batch shape run.
 
 
 # What the score of `Translator`'s search (and of the exports that search
@@ -110,40 +112,50 @@ class Engine:
                 "has no constrained search of ours."
             )
 
-    def warm_up(
-        self, allowed: AllowedSettings, max_tokens: int, stop=lambda: False
-    ) -> int:
-        """Search once with each allowed setting, for each batch size and
-        source length the engine compiles a program for, sources up to
-        `max_tokens` tokens; returns the batch shapes run. Called on a worker
-        thread before the server says it is ready."""
-        searches = 0
+    # The warm-up, planned as steps (one batch shape each) that the server
+    # runs on a worker thread before it says it is ready, counting them
+    # (`Serving.warm_up`); `warm_up*` run one part's steps.
+
+    def warm_up_steps(self, allowed: AllowedSettings, max_tokens: int) -> list[Step]:
+        """A search with each allowed setting, for each batch size and source
+        length the engine compiles a program for, sources up to `max_tokens`
+        tokens."""
+        steps = []
         for beam_size, alpha in allowed.combinations():
             settings = self.settings.replace(beam_size=beam_size, alpha=alpha)
             for rows, tokens in self.warm_up_shapes(max_tokens):
-                if stop():  # Shutting down.
-                    return searches
-                self.translate(self._warm_up_texts(rows, tokens), settings)
-                searches += 1
-        return searches
+                texts = self._warm_up_texts(rows, tokens)
+                steps.append(functools.partial(self.translate, texts, settings))
+        return steps
 
     def warm_up_shapes(self, max_tokens: int) -> list[tuple[int, int]]:
         """(rows, source tokens) of the warm-up batches: one batch, lengths
         in steps of 8 (engines that pad nothing compile nothing per shape)."""
         return [(1, tokens) for tokens in range(8, max_tokens + 1, 8)]
 
+    def attention_warm_up_steps(self, max_tokens: int) -> list[Step]:
+        """`attention` once for each padded shape it can meet, sources and
+        translations up to `max_tokens` tokens (none: no attention here)."""
+        return []
+
+    def details_warm_up_steps(self, max_tokens: int) -> list[Step]:
+        """The details' teacher-forced pass for every shape it can meet,
+        sides up to `max_tokens` tokens (none: no details here)."""
+        return []
+
+    def warm_up(
+        self, allowed: AllowedSettings, max_tokens: int, stop=lambda: False
+    ) -> int:
+        """Run `warm_up_steps` until `stop()`; returns the steps run."""
+        return run_steps(self.warm_up_steps(allowed, max_tokens), stop)
+
     def warm_up_attention(self, max_tokens: int, stop=lambda: False) -> int:
-        """Run `attention` once for each padded shape it can meet, sources
-        and translations up to `max_tokens` tokens; returns the shapes run
-        (0: this engine has no attention). Called on a worker thread
-        before the server says it is ready."""
-        return 0
+        """Run `attention_warm_up_steps` until `stop()`; the steps run."""
+        return run_steps(self.attention_warm_up_steps(max_tokens), stop)
 
     def warm_up_details(self, max_tokens: int, stop=lambda: False) -> int:
-        """Compile the details' teacher-forced pass for every shape it can
-        meet, sides up to `max_tokens` tokens; returns the shapes run (0:
-        this engine has no details)."""
-        return 0
+        """Run `details_warm_up_steps` until `stop()`; the steps run."""
+        return run_steps(self.details_warm_up_steps(max_tokens), stop)
 
     def _warm_up_texts(self, rows: int, tokens: int) -> list[str]:
         """`rows` texts of about `tokens` subword tokens each (words from
@@ -209,3 +221,12 @@ def _export_info(directory: Path, expected: str) -> dict[str, Any]:
             f"--engine {expected} needs --format {expected}."
         )
     return info
+
+
+def run_steps(steps: Sequence[Step], stop=lambda: False) -> int:
+    """Run `steps` in order until `stop()` turns True; returns those run."""
+    for count, step in enumerate(steps):
+        if stop():  # Shutting down: SIGTERM need not wait for the rest.
+            return count
+        step()
+    return len(steps)

@@ -8,6 +8,7 @@ constraints (`decode`).
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,10 +25,7 @@ from keras_transformer.decoding.scoring import (
     padded_lengths,
 )
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.serving.engines.base import (
-    SEARCH_SCORE,
-    Engine,
-)
+from keras_transformer.serving.engines.base import SEARCH_SCORE, Engine, Step
 from keras_transformer.serving.jobs import Decoding
 from keras_transformer.serving.options import AllowedSettings
 from keras_transformer.serving.schema import RequestError
@@ -82,14 +80,12 @@ class KerasEngine(Engine):
             lambda s, t: model.attention_weights(s, t)["cross_attention"], model
         )
 
-    def warm_up(
-        self, allowed: AllowedSettings, max_tokens: int, stop=lambda: False
-    ) -> int:
+    def warm_up_steps(self, allowed: AllowedSettings, max_tokens: int) -> list[Step]:
         """Every program of every allowed search: for each batch size the
         `Translator` pads to and each source length up to `max_tokens`
         (`batching.ladder_lengths`), `SequenceGenerator.warm_up` compiles the
         start, each cache length and each batch size the search shrinks to.
-        Returns the batch shapes warmed per setting times the settings."""
+        One step per batch shape and search."""
         searches = [
             (self.settings.replace(beam_size=beam_size, alpha=alpha), None)
             for beam_size, alpha in allowed.combinations()
@@ -98,7 +94,6 @@ class KerasEngine(Engine):
         searches += [(greedy, sampling) for sampling in allowed.sampling]
         # Every allowed setting keeps its compiled search: none is evicted.
         self.kept_translators = max(self.kept_translators, len(searches))
-        shapes = self.warm_up_shapes(max_tokens)
         token = min(self.tokenizer.vocab_size - 1, 8)  # A word, not a special id.
         generators = []
         for settings, sampling in searches:
@@ -106,12 +101,13 @@ class KerasEngine(Engine):
             generators.append(translator.generator)
             if allowed.constraints and sampling is None:
                 generators.append(translator.constrained_generator())
-        for generator in generators:
-            for rows, tokens in shapes:
-                if stop():  # Shutting down: SIGTERM need not wait for it.
-                    return 0
-                generator.warm_up(np.full((rows, tokens), token, np.int32))
-        return len(shapes) * len(generators)
+        return [
+            functools.partial(
+                generator.warm_up, np.full((rows, tokens), token, np.int32)
+            )
+            for generator in generators
+            for rows, tokens in self.warm_up_shapes(max_tokens)
+        ]
 
     def warm_up_shapes(self, max_tokens: int) -> list[tuple[int, int]]:
         """Every batch size `Translator` pads a batch to, by every source
@@ -183,25 +179,27 @@ class KerasEngine(Engine):
             **guides,
         )
 
-    def warm_up_details(self, max_tokens: int, stop=lambda: False) -> int:
-        """Every program of the details' pass (`ForcedScorer.warm_up`): the
-        batch sizes the search runs at by `padded_lengths(max_tokens)`."""
-        return self.scorer.warm_up(max_tokens, stop)
+    def details_warm_up_steps(self, max_tokens: int) -> list[Step]:
+        """Every program of the details' pass (`ForcedScorer.warm_up_steps`):
+        the batch sizes the search runs at by `padded_lengths(max_tokens)`."""
+        return self.scorer.warm_up_steps(max_tokens)
 
-    def warm_up_attention(self, max_tokens: int, stop=lambda: False) -> int:
-        """Compile `attention`'s program for each length it pads to, sources
-        and translations of up to `max_tokens` tokens (the decoder's input
-        is one longer: BOS): `scoring.padded_lengths`, 7 programs for 256."""
+    def attention_warm_up_steps(self, max_tokens: int) -> list[Step]:
+        """`attention`'s program for each length it pads to, sources and
+        translations of up to `max_tokens` tokens (the decoder's input is
+        one longer: BOS): `scoring.padded_lengths`, 7 programs for 256."""
         # A word, not a special id: the masks treat id 0 as padding.
         token = min(self.tokenizer.vocab_size - 1, 8)
         self.attention_limit = max_tokens + 1
-        lengths = padded_lengths(self.attention_limit)
-        for count, length in enumerate(lengths):
-            if stop():  # Shutting down.
-                return count
+
+        def step(length: int) -> None:
             ids = np.full((1, length), token, np.int32)
             _float64(self._attention_weights(ids, ids)[0])  # Run to the end.
-        return len(lengths)
+
+        return [
+            functools.partial(step, length)
+            for length in padded_lengths(self.attention_limit)
+        ]
 
     def attention(self, source: str, translation: str) -> dict[str, Any]:
         """Cross-attention of every layer and head, teacher-forced on the
