@@ -349,8 +349,10 @@ def _add_translate(app: FastAPI, serving: Serving) -> None:
             texts, fields = _sentences(documents, serving.options)
         else:
             fields = [f"texts[{index}]" for index in range(len(texts))]
-            for field, text in zip(fields, texts):  # Whole, or one sentence.
-                jobs.check_text(field, text, serving.options.max_text_chars)
+            # Whole (split_sentences false: checked already), or one sentence.
+            for field, text in zip(fields, texts):
+                hint = jobs.SENTENCE_HINT if jobs.may_split(parsed) else ""
+                jobs.check_text(field, text, serving.options.max_text_chars, hint=hint)
         counts = _token_counts(serving.engine, serving.options, fields, texts)
         serving.check_compiles(counts)
         request.state.texts, request.state.tokens = len(texts), sum(counts)
@@ -407,7 +409,9 @@ def _sentences(documents, options: ServeOptions) -> tuple[list[str], list[str]]:
     for index, document in enumerate(documents):
         for number, sentence in enumerate(document.sentences):
             field = f"texts[{index}].sentences[{number}]"
-            jobs.check_text(field, sentence, options.max_text_chars)
+            jobs.check_text(
+                field, sentence, options.max_text_chars, hint=jobs.SENTENCE_HINT
+            )
             texts.append(sentence)
             fields.append(field)
     if len(texts) > options.max_texts:

@@ -76,22 +76,29 @@ def check_token_counts(
             )
 
 
+# What to tell of a text over --max-text-chars, by how it came to be one.
+UNSPLIT_HINT = (  # split_sentences false: the server may split it.
+    ", or leave split_sentences out (a document of up to "
+    "--max-document-chars is split into sentences)"
+)
+SENTENCE_HINT = "; it is one sentence, and a sentence is translated whole"
+
+
 def check_text(
-    field: str, text: str, max_chars: int, flag: str = "--max-text-chars"
+    field: str,
+    text: str,
+    max_chars: int,
+    flag: str = "--max-text-chars",
+    hint: str = "",
 ) -> None:
-    """413 for a text over `max_chars`; 422 for what no tokenizer can take."""
+    """413 for a text over `max_chars` (`hint` ends its advice); 422 for
+    what no tokenizer can take."""
     if len(text) > max_chars:
         raise RequestError(
             413,
             field,
             f"{field} has {len(text)} characters; the limit is {max_chars:,} "
-            f"({flag}). Nothing is truncated: split the text"
-            + (
-                ", or leave split_sentences out (a document of up to "
-                "--max-document-chars is split into sentences)."
-                if flag == "--max-text-chars"
-                else "."
-            ),
+            f"({flag}). Nothing is truncated: split the text{hint}.",
         )
     try:
         text.encode("utf-8")
@@ -140,7 +147,7 @@ def translate_job(
         if may_split(request):  # Each sentence is checked once split.
             check_text(field, text, limits.max_document_chars, "--max-document-chars")
         else:
-            check_text(field, text, limits.max_text_chars)
+            check_text(field, text, limits.max_text_chars, hint=UNSPLIT_HINT)
     if request.alignment_layer is not None and not request.details:
         raise RequestError(
             422,

@@ -155,6 +155,14 @@ def test_a_keep_alive_connection_carries_at_most_its_requests(server):
         client.close()
 
 
+def test_a_sentence_too_long_is_not_told_to_leave_split_sentences_out(server):
+    server.wait_ready(600)
+    message = server.post("/v1/translate", {"texts": ["x" * 1001]}).error()[1]
+    assert "leave split_sentences out" not in message  # It was left out.
+    assert message.endswith("split the text; it is one sentence, and a sentence "
+                            "is translated whole.")  # fmt: skip
+
+
 def test_every_error_has_the_one_json_shape(server):
     server.wait_ready(600)
     json_type = {"Content-Type": "application/json"}
