@@ -412,6 +412,13 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     if args.task == "parsing":
         return _evaluate_parsing(args)
+    if args.split:
+        return _evaluate_split(args)
+    if not args.ref:
+        raise ValueError(
+            "evaluate needs --ref (with --src or --hyp), or --split valid|test "
+            "to score the run's own held-out data."
+        )
     references = _read_lines(args.ref, args)
     if args.hyp:
         _refuse_with_hyp(args)
@@ -441,18 +448,35 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate_split(args: argparse.Namespace) -> int:
+    """Score the run on a held-out split of its own data (`--split`)."""
+    from keras_transformer.decoding.evaluation import evaluate_split
+
+    for flag in ("src", "hyp", "ref", "preset"):
+        if getattr(args, flag):
+            raise ValueError(
+                f"--split reads the sources and references of the run's own "
+                f"data: leave out {flag_name(flag)}."
+            )
+    corpus = _run(args).evaluation_split(args.split)
+    print(evaluate_split(_translator(args), corpus, args.output))
+    return 0
+
+
 def _evaluate_parsing(args: argparse.Namespace) -> int:
     """Labeled bracketing F1 of --hyp trees, or of the run's parses of the
     gold trees' words, against the treebank --ref."""
     from keras_transformer.data.treebank import read_treebank
     from keras_transformer.decoding import parse_evaluation as evaluation
 
-    for flag in ("src", "paper_bleu", "preset"):
+    for flag in ("src", "paper_bleu", "preset", "split"):
         if getattr(args, flag):
             raise ValueError(
                 f"{flag_name(flag)} is not used by --task parsing: the words "
                 "to parse are the --ref trees'."
             )
+    if not args.ref:
+        raise ValueError("evaluate --task parsing needs --ref (the gold treebank).")
     if args.lenient_utf8 and not args.hyp:
         raise ValueError(
             "--lenient-utf8 applies to --hyp only with --task parsing: the "

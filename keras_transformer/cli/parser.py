@@ -419,9 +419,13 @@ def _add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         "line) instead (no model needed)",
     )
     parser.add_argument(
-        "--ref",
-        required=True,
-        help="reference translations (parsing: the gold treebank)",
+        "--ref", help="reference translations (parsing: the gold treebank)"
+    )
+    parser.add_argument(
+        "--split",
+        choices=("valid", "test"),
+        help="translate and score this held-out split of the data the run "
+        "trained on (from its token store), instead of --src and --ref",
     )
     parser.add_argument("--output", help="write the hypotheses here")
     parser.add_argument(

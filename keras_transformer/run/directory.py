@@ -440,6 +440,39 @@ class RunDirectory:
         except (OSError, ValueError) as error:
             raise ValueError(f"{error} {self.tokenizer_source()}") from None
 
+    def evaluation_split(self, split: str):
+        """The text of the held-out `split` ("valid" or "test") of the data
+        this run trained on, read from its token store (`evaluate --split`):
+        a `ParallelCorpus`. Raises FileNotFoundError when the store is not
+        on this machine and ValueError when it has no such split, both
+        naming what to pass instead."""
+        from keras_transformer.data.prepare import locate_store
+        from keras_transformer.data.token_store import open_store
+
+        instead = "pass --src and --ref instead"
+        try:
+            data = (self.manifest() or {})["identity"]["data"]
+            fingerprint = data["fingerprint"]
+        except (KeyError, TypeError):
+            raise ValueError(
+                f"{self.path} has no record of the data it trained on "
+                f"({self.manifest_path.name}): {instead}."
+            ) from None
+        store = locate_store(fingerprint, data)
+        if store is None:
+            raise FileNotFoundError(
+                f"{self.path} trained on the token store with fingerprint "
+                f"{fingerprint[:12]}, which is not on this machine: prepare the "
+                f"same data with the same settings again, or {instead}."
+            )
+        corpus = open_store(store, check_sources=False).eval_corpus(split)
+        if corpus is None or not corpus.source:
+            raise ValueError(
+                f"the data {self.path} trained on ({store}) has no {split} "
+                f"split: {instead}."
+            )
+        return corpus
+
     def tokenizer_source(self) -> str:
         """Where the run's tokenizer can be restored from: its token store,
         of which the run keeps a copy (the store with the fingerprint that

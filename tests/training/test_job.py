@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import training
+from keras_transformer.cli import main
 from keras_transformer.data.text_files import ParallelCorpus
 from keras_transformer.run import checkpoints
 from keras_transformer.run import directory as run_directory
@@ -140,6 +141,30 @@ def test_run_directory_contents(reference):
     assert run.model_path.exists() and run.config_path.exists()
     # The curve of loss and dev BLEU, drawn by training/ and kept by the run.
     assert run.curve_path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_evaluate_split_scores_the_runs_own_held_out_data(
+    reference, corpus_files, tmp_path, capsys, monkeypatch
+):
+    # The quick start's evaluate named files no step made (issue 51): a
+    # run can be scored on the held-out split of its own data.
+    run_dir = str(reference[0])
+    flags = ["--beam-size", "1", "--max-extra-length", "4"]
+    out = tmp_path / "valid.hyp"
+    argv = ["evaluate", "--run-dir", run_dir, "--split", "valid", *flags]
+    assert main([*argv, "--output", str(out)]) == 0
+    scored = capsys.readouterr().out.strip()
+    source, target = corpus_files["valid"]
+    assert main(["evaluate", "--run-dir", run_dir, "--src", source, "--ref", target,
+                 *flags]) == 0  # fmt: skip
+    assert scored.startswith("sacreBLEU") and capsys.readouterr().out.strip() == scored
+    assert len(out.read_text().splitlines()) == 12
+    assert main([*argv, "--ref", target]) == 2
+    assert "leave out --ref" in capsys.readouterr().err
+    monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "elsewhere"))
+    assert main(argv) == 2  # Its store is not on this "machine".
+    error = capsys.readouterr().err
+    assert "which is not on this machine" in error and "--src and --ref" in error
 
 
 def test_dev_bleu_during_training_logs_scores_and_training_time(reference):
