@@ -556,7 +556,8 @@ def _serve(args: argparse.Namespace) -> int:
         settings(**_setting_values(args, settings))
         for settings in (ServeOptions, ServerSettings)
     )
-    _check_model_source(args)
+    if server.engine == "keras" or not server.export_dir:
+        _check_model_source(args)  # An export (its tokenizer in it) serves alone.
     if args.run_dir:
         _check_run_task(args, "translation")
     return serve(

@@ -152,19 +152,23 @@ class SequenceGenerator:
     allow_unk = property(lambda self: self.settings.allow_unk)
     early_stopping = property(lambda self: self.settings.early_stopping)
 
-    def search(self, source_ids, uniform=None):
+    def search(self, source_ids, uniform=None, alpha=None):
         """The uncompiled search on tensors: (B, S) int32 source ids ->
         (sequences (B, k, L), scores (B, k)) tensors. B and S may be dynamic
         (a TensorFlow graph with unknown dimensions)."""
-        return self.result(self.advance(self.start(source_ids, uniform)))
+        return self.result(self.advance(self.start(source_ids, uniform, alpha=alpha)))
 
-    def start(self, source_ids, uniform=None, growing_cache: bool = False):
+    def start(self, source_ids, uniform=None, alpha=None, growing_cache: bool = False):
         """Encode (B, S) sources and set up the search: returns the carry, a
-        dict of tensors whose leading axis is B or B * k ("step" aside).
+        dict of tensors whose leading axis is B or B * k ("step" and
+        "alpha" aside).
 
         The caches hold the output limit's positions, or with
         `growing_cache` (static shapes only) those of the first segments,
-        for a caller that grows them (see `cache_length`)."""
+        for a caller that grows them (see `cache_length`). `alpha`, the
+        length penalty's exponent, is a value of the carry, not of the
+        program: a scalar tensor (default: the settings' alpha), so every
+        alpha runs the same compiled search."""
         k = self.beam_size
         batch_size, source_length = ops.shape(source_ids)
         max_length = source_length + self.max_extra_length
@@ -173,7 +177,12 @@ class SequenceGenerator:
         if k > 1:  # Every beam of a sentence sees the same source.
             source_ids = ops.repeat(source_ids, k, axis=0)
         rows = batch_size * k
-        carry = {"source_ids": source_ids, "limits": limits}
+        alpha = self.alpha if alpha is None else alpha
+        carry = {
+            "source_ids": source_ids,
+            "limits": limits,
+            "alpha": ops.cast(ops.convert_to_tensor(alpha), "float32"),
+        }
         if self.cached:
             # One row per sentence: its beams share them (see `decode_step`).
             carry["cross_key_values"] = self.model.cross_key_values(memory)
@@ -222,7 +231,7 @@ class SequenceGenerator:
                 carry["limits"],
                 max_length,
                 beam_size=self.beam_size,
-                alpha=self.alpha,
+                alpha=carry["alpha"],
                 early_stopping=self.early_stopping,
                 **settings,
             )
@@ -251,7 +260,7 @@ class SequenceGenerator:
         if self.beam_size == 1:
             return search.greedy_active(carry["loop"])
         return search.beam_active(
-            carry["loop"], carry["limits"], self.alpha, self.early_stopping
+            carry["loop"], carry["limits"], carry["alpha"], self.early_stopping
         )
 
     def cache_length(self, steps: int, max_length: int, sentences: int) -> int:
@@ -285,18 +294,28 @@ class SequenceGenerator:
         carry = self.advance(carry, stop_step)
         return carry, self.active(carry), *self.result(carry)
 
-    def __call__(self, source_ids, abandoned=None, uniform=None):
+    def __call__(self, source_ids, abandoned=None, uniform=None, alpha=None):
         """(sequences, scores) of (B, S) source ids. `abandoned`: a callable
         giving (B,) bools, read between segments: rows it marks True (their
         caller left) stop there, as finished rows do, and their outputs are
         whatever they had (the whole search, without `drop_finished`,
-        ignores it)."""
+        ignores it). `alpha`: the length penalty's exponent for this call
+        (default: the settings'), on the same compiled programs."""
         source_ids = np.asarray(source_ids, np.int32)
         uniform = self._uniform(source_ids, uniform)
+        alpha = self._alpha(alpha)
         if not self.drop_finished:
-            sequences, scores = self._run(ops.convert_to_tensor(source_ids), uniform)
+            sequences, scores = self._run(
+                ops.convert_to_tensor(source_ids), uniform, alpha
+            )
             return ops.convert_to_numpy(sequences), ops.convert_to_numpy(scores)
-        return self._search_in_segments(source_ids, abandoned, uniform)
+        return self._search_in_segments(source_ids, abandoned, uniform, alpha)
+
+    def _alpha(self, alpha=None):
+        """`alpha` (default: the settings') as the float32 scalar tensor the
+        compiled programs take."""
+        value = self.alpha if alpha is None else alpha
+        return ops.convert_to_tensor(np.float32(value))
 
     def _uniform(self, source_ids: np.ndarray, uniform):
         """The sampling rows' numbers as a tensor (None without sampling),
@@ -312,10 +331,10 @@ class SequenceGenerator:
             )
         return ops.convert_to_tensor(np.asarray(uniform, np.float32))
 
-    def _search_in_segments(self, source_ids, abandoned=None, uniform=None):
+    def _search_in_segments(self, source_ids, abandoned, uniform, alpha):
         batch_size = source_ids.shape[0]
         max_length = source_ids.shape[1] + self.max_extra_length
-        carry = self._start(ops.convert_to_tensor(source_ids), uniform)
+        carry = self._start(ops.convert_to_tensor(source_ids), uniform, alpha)
         rows = np.arange(batch_size)  # Each carry row's input row; -1: filler.
         sequences = scores = None
         step = 0
@@ -357,11 +376,11 @@ class SequenceGenerator:
                 source_ids, np.zeros((source_ids.shape[0], length), np.float32)
             )
         if not self.drop_finished:
-            self._run(ops.convert_to_tensor(source_ids), uniform)
+            self._run(ops.convert_to_tensor(source_ids), uniform, self._alpha())
             return
         batch_size = source_ids.shape[0]
         max_length = source_ids.shape[1] + self.max_extra_length
-        carry = self._start(ops.convert_to_tensor(source_ids), uniform)
+        carry = self._start(ops.convert_to_tensor(source_ids), uniform, self._alpha())
         lengths = [max_length]
         if self.cached and batch_size > SMALL_BATCH:
             lengths = [

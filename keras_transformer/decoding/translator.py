@@ -85,13 +85,17 @@ class Translator:
         )
         # The generator's, or `resampled`'s: the seed and samples differ.
         self._sampling = self.generator.sampling
+        self._alpha: float | None = None  # `with_alpha`'s; None: the generator's.
+        self._alphas: dict[float, Translator] = {}  # `with_alpha`'s, kept.
         self._constrained = None  # Made on first use (`generate`).
         # Teacher-forced scores and alignments (`generate`), compiled.
         self.scorer = scoring.ForcedScorer(model, batch_size, jit=jit)
 
     @property
     def settings(self) -> SearchSettings:
-        return self.generator.settings
+        if self._alpha is None:
+            return self.generator.settings
+        return self.generator.settings.replace(alpha=self._alpha)
 
     @property
     def sampling(self) -> SamplingSettings | None:
@@ -107,6 +111,21 @@ class Translator:
         other = copy.copy(self)
         other._sampling = self._sampling.replace(seed=seed, num_samples=num_samples)
         return other
+
+    def with_alpha(self, alpha: float) -> Translator:
+        """This translator with the length penalty's exponent `alpha`, on
+        the same compiled search: alpha is a value the programs take, not a
+        program each, so a server can allow several without compiling more
+        (the constrained search, in NumPy around compiled steps, keeps one
+        per alpha). Kept: the same alpha gives the same translator."""
+        if alpha == self.settings.alpha:
+            return self
+        if alpha not in self._alphas:
+            self.settings.replace(alpha=alpha)  # Checks it, as SearchSettings does.
+            other = copy.copy(self)
+            other._alpha, other._alphas, other._constrained = alpha, {}, None
+            self._alphas[alpha] = other
+        return self._alphas[alpha]
 
     @property
     def hypotheses_per_text(self) -> int:
@@ -146,7 +165,7 @@ class Translator:
             gone = None if abandoned is None else _rows_of(abandoned, indices, size)
             source = pad_batch(rows, ladder_length(max(map(len, rows))))
             uniform = self._uniform(source, chunk, size)
-            sequences, scores = self.generator(source, gone, uniform)
+            sequences, scores = self.generator(source, gone, uniform, self._alpha)
             for row, index in enumerate(indices):
                 found.setdefault(index, []).append((sequences[row], scores[row]))
         for index, parts in found.items():

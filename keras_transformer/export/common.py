@@ -62,7 +62,10 @@ def write_export(
     None or float32, float16 or bfloat16, or an int8 kind at one byte); a
     full disk is a `WriteFailed` naming `what` and `out`."""
     per_weight = _BYTES_PER_WEIGHT.get(quantization, 1)
-    needed = weights_bytes(run.model) * per_weight // 4
+    # A run opened without its model (its export loads it in a child, which
+    # checks there) has no weights to count here.
+    weights = 0 if run.model is None else weights_bytes(run.model)
+    needed = weights * per_weight // 4
     atomic_directory(out, write, needed_bytes=needed, what=what)
 
 

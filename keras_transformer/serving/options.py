@@ -289,7 +289,8 @@ class ServerSettings:
     )
     export_dir: str | None = setting(
         None,
-        "ctranslate2 / savedmodel / onnx: an existing export of the run",
+        "ctranslate2 / savedmodel / onnx: an existing export, served alone "
+        "(it holds its tokenizer: no --run-dir needed)",
         shown_default="export it to a temporary directory at start-up",
     )
     host: str = setting(

@@ -127,13 +127,20 @@ def serve(
     model: str | None = None,
     preset: str | None = None,
 ) -> int:
-    """Serve the run in `run_dir` (or the `preset` directory) until SIGTERM
-    or Ctrl-C; returns 0. `settings` are a request's defaults, `options`
-    the batching and limits, `server` the rest of `serve`'s flags (None:
-    their defaults)."""
+    """Serve the run in `run_dir` (or the `preset` directory, or for an
+    export engine `server.export_dir` alone) until SIGTERM or Ctrl-C;
+    returns 0. `settings` are a request's defaults, `options` the batching
+    and limits, `server` the rest of `serve`'s flags (None: their
+    defaults)."""
     from keras_transformer.utils.optional_imports import require
 
     server = server or ServerSettings()
+    exported = server.engine != "keras" and server.export_dir
+    if run_dir is None and preset is None and not exported:
+        raise ValueError(
+            "serve needs --run-dir (a trained run), --preset, or an export "
+            "engine's --export-dir."
+        )
     if preset and server.export_dir:
         raise ValueError("--preset and --export-dir both name the weights: pass one.")
     if server.ensemble and preset:

@@ -12,7 +12,7 @@ from keras_transformer import build_transformer
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.decoding import generator as generator_module
 from keras_transformer.decoding import search
-from keras_transformer.decoding.compile import compile_function
+from keras_transformer.decoding.compile import compilations, compile_function
 from keras_transformer.decoding.generator import (
     SequenceGenerator,
     cached_step_fn,
@@ -166,6 +166,33 @@ def test_cached_uncached_compiled_eager_give_same_output(decoded, beam_size):
         np.testing.assert_allclose(
             scores, reference_scores, atol=1e-4, rtol=0, err_msg=what
         )
+
+
+@pytest.mark.parametrize("drop_finished", [True, False])
+def test_an_alpha_given_at_the_call_is_a_search_built_with_it_and_compiles_nothing(
+    model, drop_finished
+):
+    # Issue 50: each allowed alpha was its own set of compiled programs.
+    def generator(alpha):
+        return SequenceGenerator(
+            model,
+            beam_size=3,
+            alpha=alpha,
+            max_extra_length=MAX_EXTRA,
+            drop_finished=drop_finished,
+        )
+
+    shared = generator(0.6)
+    reference = shared(SOURCE)
+    before = compilations()
+    found = {alpha: shared(SOURCE, alpha=alpha) for alpha in (0.0, 1.0, 2.5)}
+    assert compilations() == before  # The same programs whatever the alpha.
+    for alpha, (tokens, scores) in found.items():
+        expected_tokens, expected_scores = generator(alpha)(SOURCE)
+        np.testing.assert_array_equal(tokens, expected_tokens, err_msg=str(alpha))
+        np.testing.assert_allclose(scores, expected_scores, atol=1e-5, rtol=0)
+    # The alpha reached the programs: the scores it normalises differ.
+    assert not np.allclose(found[2.5][1], reference[1])
 
 
 def test_model_outputs_exercise_eos_and_limit(decoded):

@@ -206,3 +206,26 @@ def test_an_ensemble_of_the_run_with_itself_serves_as_the_run(run_dir, tmp_path)
     assert "ensemble" not in alone.info()["model"]
     with pytest.raises(ValueError, match="--ensemble needs --engine keras"):
         engine("onnx", run_dir, tmp_path / "o", ensemble=[str(run_dir)])
+
+
+def test_the_allowed_alphas_share_one_search_and_translate_as_their_own(
+    run_dir, tmp_path
+):
+    # Issue 50: each allowed alpha compiled its own programs at warm-up.
+    from keras_transformer.decoding.translator import Translator
+    from keras_transformer.serving.options import AllowedSettings
+
+    keras_engine = engine("keras", run_dir, tmp_path)
+    steps = {
+        alphas: len(keras_engine.warm_up_steps(AllowedSettings((2,), alphas), 16))
+        for alphas in [(0.6,), (0.6, 1.0, 2.0)]
+    }
+    assert steps[(0.6,)] == steps[(0.6, 1.0, 2.0)] > 0
+    other = SETTINGS.replace(alpha=2.0)
+    shared = keras_engine._translator(other)
+    assert shared.generator is keras_engine._translator(SETTINGS).generator
+    assert shared.settings == other and shared is keras_engine._translator(other)
+    fresh = Translator(keras_engine.model, keras_engine.tokenizer, other, batch_size=4)
+    for mine, theirs in zip(keras_engine.translate(TEXTS, other), fresh.nbest(TEXTS)):
+        assert [text for text, _ in mine] == [text for text, _ in theirs]
+        assert [s for _, s in mine] == pytest.approx([s for _, s in theirs], abs=1e-5)

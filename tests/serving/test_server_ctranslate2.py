@@ -88,3 +88,28 @@ def test_beam_search_gives_the_n_best_with_scores(server):
         scores = [h["score"] for h in result["n_best"]]
         assert len(scores) == 3 and scores == sorted(scores, reverse=True)
         assert result["translation"] == result["n_best"][0]["translation"]
+
+
+def test_an_export_is_served_alone_without_its_run(server, untrained_run, tmp_path):
+    """Issue 53: --export-dir needed --run-dir too, so the training run had
+    to ship beside the export. The export holds its tokenizer: copied away
+    from the run, it serves what the run's server does."""
+    import shutil
+
+    from keras_transformer.cli import main
+
+    flags = ["--beam-size", "1", "--max-extra-length", str(EXTRA)]
+    made = tmp_path / "made"
+    argv = ["export", "--run-dir", str(untrained_run), "--format", "ctranslate2"]
+    assert main([*argv, "--out", str(made), *flags]) == 0
+    alone = tmp_path / "shipped" / "ct2"
+    shutil.copytree(made, alone)
+    log = tmp_path / "alone.log"
+    process = ServerProcess(["--engine", "ctranslate2", "--export-dir", str(alone),
+                             *flags], log)  # fmt: skip
+    try:
+        texts = SENTENCES[:6]
+        assert process.translate(texts) == server.translate(texts)
+        assert process.get("/v1/info").json()["engine"] == "ctranslate2"
+    finally:
+        assert process.stop() == 0

@@ -67,3 +67,6 @@ def test_serve_needs_a_run_or_a_preset(capsys):
     assert (
         "serve needs --run-dir (a trained run) or --preset" in capsys.readouterr().err
     )
+    # The Keras engine reads a model, not an export.
+    assert main(["serve", "--export-dir", "somewhere"]) == 2
+    assert "serve needs --run-dir" in capsys.readouterr().err

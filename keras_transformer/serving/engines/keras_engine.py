@@ -95,17 +95,18 @@ class KerasEngine(Engine):
         # Every allowed setting keeps its compiled search: none is evicted.
         self.kept_translators = max(self.kept_translators, len(searches))
         token = min(self.tokenizer.vocab_size - 1, 8)  # A word, not a special id.
-        generators = []
+        generators = {}  # By identity: the alphas of a search share one.
         for settings, sampling in searches:
             translator = self._translator(settings, sampling)
-            generators.append(translator.generator)
+            generators[id(translator.generator)] = translator.generator
             if allowed.constraints and sampling is None:
-                generators.append(translator.constrained_generator())
+                constrained = translator.constrained_generator()
+                generators[id(constrained)] = constrained
         return [
             functools.partial(
                 generator.warm_up, np.full((rows, tokens), token, np.int32)
             )
-            for generator in generators
+            for generator in generators.values()
             for rows, tokens in self.warm_up_shapes(max_tokens)
         ]
 
@@ -129,8 +130,10 @@ class KerasEngine(Engine):
         with a request's seed and samples), kept: one compiled search each."""
         from keras_transformer.decoding.translator import Translator
 
-        if settings.is_greedy:  # No length penalty: one search for any alpha.
-            settings = settings.replace(alpha=self.settings.alpha)
+        # One compiled search for every alpha (a value it takes, not a
+        # program each: `Translator.with_alpha`).
+        alpha = settings.alpha
+        settings = settings.replace(alpha=self.settings.alpha)
         draws = (
             None if sampling is None else sampling.replace(seed=None, num_samples=None)
         )
@@ -149,6 +152,8 @@ class KerasEngine(Engine):
             self._translators[key] = translator
             while len(self._translators) > self.kept_translators:
                 self._translators.popitem(last=False)
+            if not settings.is_greedy:  # Greedy search has no length penalty.
+                translator = translator.with_alpha(alpha)
         if sampling is None:
             return translator
         return translator.resampled(sampling.seed, sampling.num_samples)
