@@ -164,8 +164,17 @@ def _logits(layers: SimpleNamespace, hidden):
     return layers.output_projection(hidden)
 
 
+class TokenLossLogs:
+    """A Keras model's logs with `loss` per token when it can be
+    (`losses.with_token_loss`): the model and `TransformerSeq2SeqLM` both
+    train with the label-smoothed loss summed over tokens."""
+
+    def get_metrics_result(self) -> dict[str, Any]:
+        return with_token_loss(super().get_metrics_result())
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Transformer(keras.Model):
+class Transformer(TokenLossLogs, keras.Model):
     """Encoder-decoder Transformer of Vaswani et al. 2017 (Figure 1).
 
     A functional model (inputs `source_ids`, `target_ids`; output logits)
@@ -313,11 +322,6 @@ class Transformer(keras.Model):
 
         Shape: (batch, length, d_model) -> (batch, length, target vocab)."""
         return _logits(self._parts, hidden)
-
-    def get_metrics_result(self) -> dict[str, Any]:
-        """Metric values for logs; `loss` is per token when it can be
-        (see `losses.with_token_loss`)."""
-        return with_token_loss(super().get_metrics_result())
 
     def get_config(self) -> dict[str, Any]:
         return {

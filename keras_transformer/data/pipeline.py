@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import keras
 import numpy as np
@@ -27,6 +27,7 @@ from keras_transformer.data.block_encoding import (  # noqa: F401 - re-exported
 )
 from keras_transformer.data.text_files import DataError, ParallelCorpus
 from keras_transformer.data.token_pairs import TokenPairs, index_dtype
+from keras_transformer.utils import console
 
 # Padded lengths. Every 4 tokens up to 32, where most sentences of the
 # usual corpora fall: on Multi30k, against buckets every 8 tokens, real
@@ -67,6 +68,15 @@ class FilterReport:
                     f"dropped {len(lines)} {label} {pairs} ({where} {shown}{more})"
                 )
         return "; ".join(parts)
+
+    def log_and_check(
+        self, origin: str, log: Callable[[str], None] | None = None
+    ) -> None:
+        """Log the summary (`console.log` by default), then
+        `check_pairs_left`: what every reader of training pairs does with
+        its report."""
+        (log or console.log)(self.summary(origin))
+        self.check_pairs_left(origin)
 
     def check_pairs_left(self, origin: str) -> None:
         """Raise DataError, naming `origin` and what was dropped, if no pair

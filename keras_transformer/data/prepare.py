@@ -496,8 +496,7 @@ def _encode_train(
             progress.add(result.pairs_read)
     info = writer.close()
     report = FilterReport(info["pairs"], empty, too_long)
-    log(report.summary(source.origin))
-    report.check_pairs_left(source.origin)
+    report.log_and_check(source.origin, log)
     return {**info, "origin": source.origin, "filter": dataclasses.asdict(report)}
 
 

@@ -20,7 +20,6 @@ from keras_transformer.data.text_files import ParallelCorpus
 from keras_transformer.run.preset_files import PREPROCESSOR_FIELDS, read_tokenizer
 from keras_transformer.training.batches import TrainingData, token_budget_batches
 from keras_transformer.training.options import TrainOptions
-from keras_transformer.utils.console import log
 
 _DEFAULTS = TrainOptions()
 
@@ -83,8 +82,7 @@ class TransformerPreprocessor:
         `(source, target)` string pairs (a `tf.data.Dataset` of them too)."""
         train = self.corpus(pairs, argument)
         encoded, report = encode_pairs(train, self.tokenizer, self.max_length)
-        log(report.summary(train.origin))
-        report.check_pairs_left(train.origin)
+        report.log_and_check(train.origin)
         valid = None
         if validation_pairs is not None:
             corpus = self.corpus(validation_pairs, "validation_data")

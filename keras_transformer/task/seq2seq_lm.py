@@ -25,8 +25,7 @@ from keras_transformer.data.tokenizer import (
 from keras_transformer.decoding.sampling import SamplingSettings
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.losses import with_token_loss
-from keras_transformer.model import build_transformer
+from keras_transformer.model import TokenLossLogs, build_transformer
 from keras_transformer.run import preset_files
 from keras_transformer.task.preprocessor import TransformerPreprocessor
 from keras_transformer.training.model_setup import paper_compile_arguments
@@ -46,7 +45,7 @@ _TRAINING_FIELDS = (
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerSeq2SeqLM(keras.Model):
+class TransformerSeq2SeqLM(TokenLossLogs, keras.Model):
     """A `Transformer` with its tokenizer and search: text in, text out.
 
     Args:
@@ -240,10 +239,6 @@ class TransformerSeq2SeqLM(keras.Model):
         self.compile(**keras.saving.deserialize_keras_object(config))
         if self.built:
             self.optimizer.build(self.trainable_variables)
-
-    def get_metrics_result(self) -> dict[str, Any]:
-        """Metric values for logs; `loss` is per token when it can be."""
-        return with_token_loss(super().get_metrics_result())
 
     # -- generation --------------------------------------------------------
 

@@ -107,8 +107,7 @@ def prepare_batches(
     memory), padded to the lengths of `buckets` up to `options.max_length`:
     the batches a store of the same corpus and tokenizer gives."""
     train, report = encode_pairs(splits["train"], tokenizer, options.max_length)
-    log(report.summary(splits["train"].origin))
-    report.check_pairs_left(splits["train"].origin)
+    report.log_and_check(splits["train"].origin, log)
     valid = None
     if "valid" in splits and len(splits["valid"]):
         valid, _ = encode_pairs(splits["valid"], tokenizer, None)
