@@ -308,13 +308,10 @@ def _add_lenient_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_quantize_argument(parser: argparse.ArgumentParser, engines=False) -> None:
+def _add_quantize_argument(parser: argparse.ArgumentParser) -> None:
+    # serve's --quantize (both engines) comes from ServerSettings.
     where = (
-        "keras: Keras's int8 projections and embeddings; ctranslate2: its int8 "
-        "compute type"
-        if engines
-        else "Keras's int8 projections and embeddings, activations quantized "
-        "per position"
+        "Keras's int8 projections and embeddings, activations quantized per position"
     )
     parser.add_argument(
         "--quantize",
