@@ -109,7 +109,7 @@ def _check_cpu_devices(count: int) -> None:
     the slowest: oversubscribed, one step took over 10 minutes (64 devices
     on 2 cores) and a SIGTERM as long to take effect. Capping instead would
     change the replica count, and so the batches, behind the user's back."""
-    from keras_transformer.data.block_encoding import available_cores
+    from keras_transformer.utils.cpu import available_cores
 
     cores = available_cores()
     if count > cores:

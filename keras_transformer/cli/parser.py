@@ -19,7 +19,6 @@ from typing import Any
 
 from keras_transformer.config import TransformerConfig, field_names
 from keras_transformer.data.tasks import TASKS
-from keras_transformer.quantization import QUANTIZE_MODES
 from keras_transformer.utils.setting_fields import flag_name
 
 DESCRIPTION = """The `keras-transformer` command line: prepare, train, translate,
@@ -309,15 +308,9 @@ def _add_lenient_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_quantize_argument(parser: argparse.ArgumentParser) -> None:
-    # serve's --quantize (both engines) comes from ServerSettings.
-    where = (
-        "Keras's int8 projections and embeddings, activations quantized per position"
-    )
-    parser.add_argument(
-        "--quantize",
-        choices=QUANTIZE_MODES,
-        help=f"decode with int8 weights ({where}) (default: float32)",
-    )
+    from keras_transformer.decoding.settings import WeightOptions
+
+    _add_setting_flags(parser, WeightOptions)
 
 
 def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -354,7 +347,7 @@ def _add_decoder_feature_arguments(parser: argparse.ArgumentParser) -> None:
         default="text",
         help="text: one translation per line; jsonl: one JSON object per line "
         "with the score, tokens, token log-probabilities and word alignment "
-        "(docs/decoding.md) (default: text)",
+        "(docs/decoding-options.md) (default: text)",
     )
     parser.add_argument(
         "--n-best",

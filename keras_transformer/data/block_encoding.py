@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import pickle
 import queue
 import subprocess
@@ -32,7 +31,6 @@ import numpy as np
 
 __all__ = [
     "EncodedBlock",
-    "available_cores",
     "EncoderPool",
     "drop_empty_pairs",
     "drop_long_pairs",
@@ -46,13 +44,6 @@ _BOOTSTRAP = (
     "import runpy, sys; del sys.path[0]; "
     "runpy.run_path(sys.argv[1], run_name='__main__')"
 )
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on (its affinity, else the machine's)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def drop_empty_pairs(

@@ -44,7 +44,6 @@ from typing import Any
 
 from keras_transformer.data.block_encoding import (
     EncoderPool,
-    available_cores,
     encode_block,
     encode_corpus,
 )
@@ -85,6 +84,7 @@ from keras_transformer.utils.atomic_files import (
     atomic_directory,
     backup_path,
 )
+from keras_transformer.utils.cpu import available_cores
 from keras_transformer.utils.user_cache import user_cache_root
 
 __all__ = [

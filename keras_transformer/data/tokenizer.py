@@ -79,6 +79,7 @@ from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.text_files import DataError, PairBlock, sha256_file
 from keras_transformer.utils import console
 from keras_transformer.utils.atomic_files import atomic_write_bytes, atomic_write_text
+from keras_transformer.utils.cpu import available_cores
 from keras_transformer.utils.optional_imports import require
 
 RESERVED_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
@@ -268,7 +269,7 @@ class SentencePieceTokenizer(SubwordTokenizer):
                 remove_extra_whitespaces=False,
                 # The caller samples; SentencePiece's own sampling is unseeded.
                 input_sentence_size=0,
-                num_threads=os.cpu_count() or 1,
+                num_threads=available_cores(),
                 minloglevel=2,
             )
         except RuntimeError as error:

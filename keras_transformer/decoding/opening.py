@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.decoding.settings import SearchSettings, WeightOptions
+from keras_transformer.quantization import quantize_model
 from keras_transformer.run import preset_files
 from keras_transformer.run.directory import InferenceRun, RunDirectory
 
@@ -85,9 +86,7 @@ def open_model(
     Raises:
         FileNotFoundError, ValueError: naming the path and what was expected.
     """
-    from keras_transformer.quantization import check_quantize_mode, quantize_model
-
-    check_quantize_mode(quantize)
+    WeightOptions(quantize)  # An unknown mode is refused before any loading.
     settings = SearchSettings() if settings is None else settings
     path = Path(source)
     if kind is not None and kind not in KINDS:
@@ -119,7 +118,6 @@ def open_model(
 
 def _open_preset(path, settings, quantize, model, ensemble) -> OpenedModel:
     from keras_transformer.model import build_transformer
-    from keras_transformer.quantization import quantize_model
 
     for flag, value in (("--model", model), ("--ensemble", ensemble)):
         if value:

@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any
 
 from keras_transformer.data.tasks import TASKS
+from keras_transformer.quantization import QUANTIZE_MODES
 from keras_transformer.utils.setting_fields import check_setting, flag_name, setting
 
 # PAD and BOS are never generated; UNK unless allow_unk (see `decoding`).
@@ -120,3 +121,23 @@ def task_search(task: str) -> SearchSettings:
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}. Expected one of {TASKS}.")
     return PARSING_SEARCH if task == "parsing" else SearchSettings()
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightOptions:
+    """How an opened model's weights decode: `--quantize`, declared here once
+    for every command that opens a model (translate, evaluate, parse; serve's
+    `ServerSettings` shares the field)."""
+
+    quantize: str | None = setting(
+        None,
+        "decode with int8 weights (Keras: int8 projections and embeddings, "
+        "activations quantized per position; serve --engine ctranslate2: "
+        "CTranslate2's int8 compute type)",
+        choices=QUANTIZE_MODES,
+        shown_default="float32",
+    )
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            check_setting(field, getattr(self, field.name))

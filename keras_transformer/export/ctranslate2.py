@@ -59,7 +59,9 @@ import numpy as np
 from keras_transformer.decoding.settings import SearchSettings, search_settings
 from keras_transformer.export.common import export_record, open_run, write_export
 from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, QUANTIZATIONS
+from keras_transformer.export.reading import EXPORT_INFO, tokenizer_path
 from keras_transformer.run.directory import InferenceRun
+from keras_transformer.utils.optional_imports import install_command
 
 DIFFERENCES = [
     "Beam scores are normalised by length ** length_penalty, not by GNMT's "
@@ -144,7 +146,7 @@ def _import_ctranslate2():
     except ImportError as error:
         raise ImportError(
             "--format ctranslate2 needs the ctranslate2 package: "
-            "pip install 'keras-transformer[serve]' (or pip install ctranslate2)."
+            f"{install_command('serve')} (or pip install ctranslate2)."
         ) from error
     return ctranslate2
 
@@ -162,7 +164,7 @@ def _write_model(
     spec.validate()
     spec.optimize(quantization=quantization)
     spec.save(str(out))
-    tokenizer.save(out / "tokenizer")
+    tokenizer.save(tokenizer_path(out, "ctranslate2"))
     if tokenizer.kind == "sentencepiece":
         (out / "sentencepiece.model").write_bytes(tokenizer.model_proto)
     info = export_record(
@@ -174,7 +176,7 @@ def _write_model(
         translate_batch=translate_batch_options(tokenizer, settings),
         differences_from_translator=DIFFERENCES,
     )
-    (out / "export.json").write_text(json.dumps(info, indent=2) + "\n")
+    (out / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
 
 
 def translate_batch_options(tokenizer, settings) -> dict:

@@ -46,9 +46,8 @@ preallocated cache at the step index with `slice_update` instead, which
 keeps shapes fixed for XLA; onnxruntime compiles nothing per shape, and a
 past as long as the output so far attends over no empty slots.)
 
-Exporting needs torch, onnx and onnxscript (``pip install
-'keras-transformer[onnx-export]'``); translating only onnxruntime
-(``[onnx]``).
+Exporting needs torch, onnx and onnxscript (``pip install -e
+'.[onnx-export]'``); translating only onnxruntime (``[onnx]``).
 """
 
 from __future__ import annotations
@@ -73,12 +72,11 @@ from keras_transformer.export.common import (
 from keras_transformer.export.onnx_translator import (
     DECODER_STEP,
     ENCODER,
-    EXPORT_INFO,
     FORMAT,
     FORMAT_VERSION,
-    TOKENIZER,
     OnnxTranslator,
 )
+from keras_transformer.export.reading import EXPORT_INFO, tokenizer_path
 from keras_transformer.run.directory import InferenceRun
 from keras_transformer.utils.optional_imports import (
     MissingExtraError,
@@ -170,7 +168,7 @@ def _write(run: InferenceRun, out: Path, settings: SearchSettings) -> None:
     from keras_transformer.export.onnx_graphs import write_graphs
 
     graphs = write_graphs(run.model, out)
-    run.tokenizer.save(out / TOKENIZER)
+    run.tokenizer.save(tokenizer_path(out, FORMAT))
     info = _record(run, settings, graphs)
     (out / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
     verify(run.model, out)

@@ -31,7 +31,6 @@ Keras, which imports it: the process that translates without Keras at all is
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,16 +50,16 @@ from keras_transformer.decoding.batching import (
     unsearched,
 )
 from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.export.reading import EXPORT_INFO, read_export_tokenizer
+from keras_transformer.export.reading import read_export_info as read_record
 from keras_transformer.version import __version__
 
 FORMAT = "onnx"
 #: The layout of the directory and of the graphs' inputs and outputs; a
 #: change to either is a new version, and a directory of another is refused.
 FORMAT_VERSION = 1
-EXPORT_INFO = "export.json"
 ENCODER = "encoder.onnx"
 DECODER_STEP = "decoder_step.onnx"
-TOKENIZER = "tokenizer"
 
 
 def encoder_outputs(layers: int) -> list[str]:
@@ -89,21 +88,8 @@ def read_export_info(directory: str | os.PathLike) -> dict[str, Any]:
         ValueError: Unreadable, another format or format version, or a
             field missing; the message names the file.
     """
+    info = read_record(directory, FORMAT)
     path = Path(directory) / EXPORT_INFO
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: {directory} is not an ONNX export "
-            "(keras-transformer export --format onnx)."
-        )
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: unreadable ({error}).") from None
-    if not isinstance(info, dict) or info.get("format") != FORMAT:
-        found = info.get("format") if isinstance(info, dict) else None
-        raise ValueError(
-            f"{path}: a {found!r} export, not an ONNX one (export --format onnx)."
-        )
     _check_version(path, info)
     required = ["decoder_layers", "vocab_size", *SearchSettings().to_dict()]
     missing = [name for name in required if name not in info]
@@ -158,7 +144,6 @@ class OnnxTranslator:
         threads: int | None = None,
         batch_size: int = 64,
     ):
-        from keras_transformer.data.tokenizer import load_tokenizer
         from keras_transformer.utils.optional_imports import require
 
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -180,13 +165,7 @@ class OnnxTranslator:
             self.decoder_step, self.directory / DECODER_STEP, step_outputs(layers)
         )
         self._step_inputs = step_inputs(layers)
-        self.tokenizer = load_tokenizer(self.directory / TOKENIZER)
-        if self.tokenizer.vocab_size != self.info["vocab_size"]:
-            raise ValueError(
-                f"{self.directory / TOKENIZER} has {self.tokenizer.vocab_size} "
-                f"pieces but {self.directory / EXPORT_INFO} says vocab_size="
-                f"{self.info['vocab_size']}: not one export. {_AGAIN}"
-            )
+        self.tokenizer = read_export_tokenizer(self.directory, self.info, FORMAT)
         self.settings = export_settings(self.info)
         self.batch_size = batch_size
         self._past_shapes = [

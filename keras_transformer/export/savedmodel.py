@@ -56,9 +56,10 @@ from keras_transformer.export.common import (
     open_run,
     write_export,
 )
+from keras_transformer.export.reading import EXPORT_INFO, tokenizer_path
 from keras_transformer.run.directory import InferenceRun, RunDirectory
+from keras_transformer.utils.optional_imports import install_command
 
-EXPORT_INFO = "export.json"
 IDS_ONLY = "ids_only"
 SIGNATURES = ("translate", "translate_ids", "nbest", "info")
 
@@ -120,7 +121,7 @@ def _require_tensorflow() -> None:
         except ImportError as error:
             raise ImportError(
                 f"A SavedModel export needs TensorFlow and tensorflow-text "
-                f"({module} is missing): pip install 'keras-transformer[tensorflow]'"
+                f"({module} is missing): {install_command('tensorflow')}"
             ) from error
 
 
@@ -174,7 +175,7 @@ def _write_saved_model(
     assets = out / "assets"
     assets.mkdir(exist_ok=True)
     (assets / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
-    run.tokenizer.save(assets / "tokenizer")
+    run.tokenizer.save(tokenizer_path(out, "savedmodel"))
 
 
 def _signature_docs(settings: SearchSettings) -> dict[str, str]:

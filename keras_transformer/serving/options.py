@@ -12,9 +12,12 @@ from __future__ import annotations
 import dataclasses
 
 from keras_transformer.decoding.sampling import SamplingSettings
-from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.quantization import QUANTIZE_MODES
-from keras_transformer.utils.setting_fields import check_setting, setting
+from keras_transformer.decoding.settings import SearchSettings, WeightOptions
+from keras_transformer.utils.setting_fields import (
+    check_setting,
+    setting,
+    shared_setting,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -28,7 +31,7 @@ class ServeOptions:
     """Dynamic batching and the limits of one request.
 
     The batching defaults were measured with `benchmarks/serving_load.py`
-    on the `small` Multi30k model (docs/benchmarks.md, "HTTP serving").
+    on the `small` Multi30k model (docs/benchmarks-http-*.md).
     """
 
     # 0: serving.server.default_batch_size, measured per engine.
@@ -39,7 +42,7 @@ class ServeOptions:
         minimum=0,
     )
     # 0: under load a batch forms while the last one decodes; a wait only
-    # slows a lone client (docs/benchmarks.md, "on a quiet machine").
+    # slows a lone client (docs/benchmarks-http-batching.md, "on a quiet machine").
     max_wait_ms: float = setting(
         0.0,
         "dynamic batching: how long the oldest waiting text may wait for "
@@ -48,7 +51,7 @@ class ServeOptions:
     )
     # An accepted request waits about max_queue / throughput plus a batch: at
     # 2x the capacity of a 2-core machine (7-14 sentences/s), 256 gave a p99
-    # of 6-14 s and 64 of 9-11 s in a slower hour (docs/benchmarks.md).
+    # of 6-14 s and 64 of 9-11 s in a slower hour (docs/benchmarks-http-*.md).
     max_queue: int = setting(
         64, "texts that may wait for a batch; past them, 503 + Retry-After", minimum=1
     )
@@ -280,13 +283,7 @@ class ServerSettings:
         "onnx (an export: --export-dir, or made at start-up)",
         choices=ENGINES,
     )
-    quantize: str | None = setting(
-        None,
-        "decode with int8 weights (keras: Keras's int8 projections and "
-        "embeddings; ctranslate2: its int8 compute type)",
-        choices=QUANTIZE_MODES,
-        shown_default="float32",
-    )
+    quantize: str | None = shared_setting(WeightOptions, "quantize")
     export_dir: str | None = setting(
         None,
         "ctranslate2 / savedmodel / onnx: an existing export, served alone "
@@ -346,7 +343,7 @@ class ServerSettings:
         "warm-up: compile the searches of sources up to this many tokens; "
         "longer ones, up to --max-text-tokens, compile on first use (logged, "
         "counted in /metrics, and refused with 503 once compiled programs "
-        "near the kernel's vm.max_map_count: docs/serving.md) (0: all of "
+        "near the kernel's vm.max_map_count: docs/serving-warm-up.md) (0: all of "
         "--max-text-tokens)",
         minimum=0,
     )

@@ -25,13 +25,13 @@ import socket
 import tempfile
 from pathlib import Path
 
-from keras_transformer.data.block_encoding import available_cores
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.serving.options import (
     DEFAULT_HOST,
     ServeOptions,
     ServerSettings,
 )
+from keras_transformer.utils.cpu import available_cores
 
 
 def check_host(host: str, allow_remote: bool) -> None:
@@ -81,7 +81,7 @@ def decode_workers(engine: str, workers: int, backend: str = "") -> int:
     without the GIL, so one batch's host work between search segments
     overlaps the other's compute). The next batch then forms and decodes
     while one runs, where one worker leaves the texts that came meanwhile
-    to wait (docs/benchmarks.md, "HTTP serving"). The SavedModel engine
+    to wait (docs/benchmarks-http-workers.md). The SavedModel engine
     and the Keras engine on torch (eager: Python runs every op) decode one
     batch at a time."""
     side_by_side = engine == "ctranslate2" or (
@@ -103,9 +103,9 @@ def default_batch_size(engine: str) -> int:
     """`--max-batch-size` when not given. The Keras engine's `Translator`
     pads a batch to 32, 8, 2 or 1 rows, so 9 to 16 texts decode as 32 rows:
     with two workers, batches of at most 8 served 96.8 sentences/s at 32
-    clients where 16 served 72.6 (JAX, docs/benchmarks.md, "HTTP
-    serving"). CTranslate2 pads nothing; the SavedModel takes 32 as the
-    Keras engine did before it had workers."""
+    clients where 16 served 72.6 (JAX, docs/benchmarks-http-workers.md).
+    CTranslate2 pads nothing; the SavedModel takes 32 as the Keras engine
+    did before it had workers."""
     return 8 if engine == "keras" else 32
 
 

@@ -51,6 +51,14 @@ def setting(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def shared_setting(settings, name: str):
+    """The field `name` of the dataclass `settings`, for another dataclass
+    that offers the same setting: its default, help, range and choices stay
+    declared once."""
+    (field,) = (f for f in dataclasses.fields(settings) if f.name == name)
+    return dataclasses.field(default=field.default, metadata=field.metadata)
+
+
 def flag_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 

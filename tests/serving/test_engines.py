@@ -94,7 +94,9 @@ def test_quantize_is_refused_by_an_engine_that_runs_an_export(run_dir, tmp_path)
 
 
 def test_an_unknown_quantization_is_refused_before_loading(tmp_path):
-    with pytest.raises(ValueError, match="--quantize 'int4' is not"):
+    with pytest.raises(
+        ValueError, match=r"--quantize\) must be one of int8. Received: 'int4'"
+    ):
         engine("keras", tmp_path / "no-run", tmp_path, quantize="int4")
 
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from keras_transformer.decoding.settings import SearchSettings
@@ -205,22 +203,6 @@ def _check_flags(flags: SearchSettings, fixed: SearchSettings, directory) -> Non
                 f"Leave {flag_name(name)} out, or serve with --engine keras or "
                 "ctranslate2."
             )
-
-
-def _export_info(directory: Path, expected: str) -> dict[str, Any]:
-    path = directory / "export.json"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: --export-dir {directory} is not an export of "
-            "keras-transformer export."
-        )
-    info = json.loads(path.read_text(encoding="utf-8"))
-    if info.get("format") != expected:
-        raise ValueError(
-            f"--export-dir {directory} holds a {info.get('format')!r} export; "
-            f"--engine {expected} needs --format {expected}."
-        )
-    return info
 
 
 def run_steps(steps: Sequence[Step], stop=lambda: False) -> int:

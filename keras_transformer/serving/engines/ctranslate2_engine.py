@@ -14,11 +14,8 @@ import numpy as np
 
 from keras_transformer.decoding.batching import real_hypotheses
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.serving.engines.base import (
-    Engine,
-    Hypotheses,
-    _export_info,
-)
+from keras_transformer.export.reading import read_export_info, read_export_tokenizer
+from keras_transformer.serving.engines.base import Engine, Hypotheses
 
 
 class CTranslate2Engine(Engine):
@@ -38,12 +35,12 @@ class CTranslate2Engine(Engine):
         workers: int = 1,
         quantize: str | None = None,
     ):
-        from keras_transformer.data.tokenizer import load_tokenizer
         from keras_transformer.utils.optional_imports import require
 
         ctranslate2 = require("ctranslate2", "serve", "--engine ctranslate2")
-        self.export_info = _export_info(directory, "ctranslate2")
-        super().__init__(load_tokenizer(directory / "tokenizer"), settings)
+        self.export_info = read_export_info(directory, self.name, "--export-dir")
+        tokenizer = read_export_tokenizer(directory, self.export_info, self.name)
+        super().__init__(tokenizer, settings)
         self.directory = directory
         # inter_threads: batches translated at once, one per calling thread.
         # --quantize int8: CTranslate2 converts the weights as it loads them.

@@ -27,11 +27,11 @@ class SavedModelEngine(Engine):
     score = SEARCH_SCORE
 
     def __init__(self, directory: Path, settings: SearchSettings):
-        from keras_transformer.data.tokenizer import load_tokenizer
+        from keras_transformer.export.reading import read_export_tokenizer
         from keras_transformer.export.savedmodel import SavedModelTranslator
 
         self.model = SavedModelTranslator(directory)
-        tokenizer = load_tokenizer(directory / "assets" / "tokenizer")
+        tokenizer = read_export_tokenizer(directory, self.model.info, self.name)
         super().__init__(tokenizer, self.model.settings)
         self.directory = directory
         _check_flags(settings, self.model.settings, directory)

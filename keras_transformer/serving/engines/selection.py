@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from keras_transformer.decoding.opening import open_model
-from keras_transformer.decoding.settings import SearchSettings
+from keras_transformer.decoding.settings import SearchSettings, WeightOptions
 from keras_transformer.serving.engines.base import Engine
 from keras_transformer.serving.engines.ctranslate2_engine import CTranslate2Engine
 from keras_transformer.serving.engines.keras_engine import KerasEngine
@@ -38,11 +38,9 @@ def open_engine(
     `ensemble`: models decoding with the run's (`decoding.ensemble`), Keras
     engine only.
     """
-    from keras_transformer.quantization import check_quantize_mode
-
     if name not in ENGINES:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}: {name!r}")
-    check_quantize_mode(quantize)
+    WeightOptions(quantize)  # An unknown mode is refused before any loading.
     if quantize is not None and name not in QUANTIZING_ENGINES:
         raise ValueError(
             f"--quantize applies to --engine {' or '.join(QUANTIZING_ENGINES)}; "
