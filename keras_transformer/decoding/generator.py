@@ -50,8 +50,10 @@ def uncached_step_fn(model, source_ids, memory):
 
 
 # Batches of at most this many sentences get caches as long as the output
-# limit from the start (see SequenceGenerator).
-SMALL_BATCH = 4
+# limit from the start (see SequenceGenerator): the server's batches (8 at
+# most by default) then compile 4 programs per source length instead of up
+# to 9, and decoded as fast (docs/serving-warm-up.md).
+SMALL_BATCH = 8
 
 
 class SequenceGenerator:
@@ -72,8 +74,8 @@ class SequenceGenerator:
     attends over, and beam search reorders, the whole cache, so a cache as
     long as the limit (source + 50) costs most steps several times what the
     output needs. Each cache length is one more compiled shape too, so a
-    batch of at most 4 sentences (a small cache anyway, and the one-sentence
-    CLI call) gets the limit's cache at once.
+    batch of at most 8 sentences (a small cache anyway: the server's
+    batches, the one-sentence CLI call) gets the limit's cache at once.
 
     Args:
         model: a `Transformer`.

@@ -112,10 +112,13 @@ def _per_sentence(chosen, cross, sources, outputs) -> list:
 
 class ForcedScorer:
     """`token_details`, compiled, for a server or a long run: the rows are
-    padded to the batch sizes the search runs at (`smaller_batch_size`) and
-    both sides to one length of `padded_length`'s few (8, 16, 32, ...), so a
-    handful of programs serve every request; padding changes no value (the
-    masks give it no weight, and it is cut off again). All layers' attention
+    padded to the batch sizes the search runs at (`smaller_batch_size`; a
+    `batch_size` of at most `generator.SMALL_BATCH` rows, the server's
+    default, always to `batch_size`: one pass of a few rows costs little
+    beside the search, and a third of the programs compile) and both sides
+    to one length of `padded_length`'s few (8, 16, 32, ...), so a handful
+    of programs serve every request; padding changes no value (the masks
+    give it no weight, and it is cut off again). All layers' attention
     comes back, so the alignment layer compiles nothing either.
 
     Args:
@@ -135,13 +138,11 @@ class ForcedScorer:
 
     def __call__(self, sources, outputs, layer: int) -> list:
         """As `token_details(model, sources, outputs, layer)`."""
-        from keras_transformer.decoding.generator import smaller_batch_size
-
         found = []
         for start in range(0, len(sources), self.batch_size):
             part_s = sources[start : start + self.batch_size]
             part_o = outputs[start : start + self.batch_size]
-            rows = smaller_batch_size(self.batch_size, len(part_s))
+            rows = self._rows(len(part_s))
             longest = max([1, *map(len, part_s), *map(len, part_o)])
             width = padded_length(longest, self.limit)
             arrays = forced_arrays(part_s, part_o, rows, width, width)
@@ -151,19 +152,23 @@ class ForcedScorer:
             found += _per_sentence(chosen, cross, part_s, part_o)
         return found
 
+    def _rows(self, sentences: int) -> int:
+        """The rows a pass of `sentences` sentences is padded to."""
+        from keras_transformer.decoding.generator import (
+            SMALL_BATCH,
+            smaller_batch_size,
+        )
+
+        if self.batch_size <= SMALL_BATCH:
+            return self.batch_size
+        return smaller_batch_size(self.batch_size, sentences)
+
     def warm_up_steps(self, max_tokens: int) -> list[Callable[[], None]]:
         """The steps that compile every shape a pass of sides up to
         `max_tokens` tokens can take, one per shape, for the caller to run
         (a server, before it says it is ready)."""
-        from keras_transformer.decoding.generator import smaller_batch_size
-
         self.limit = max_tokens
-        rows = sorted(
-            {
-                smaller_batch_size(self.batch_size, n)
-                for n in range(1, self.batch_size + 1)
-            }
-        )
+        rows = sorted({self._rows(n) for n in range(1, self.batch_size + 1)})
         token = min(8, self.model.config.vocab_size - 1)
 
         def step(size: int, width: int) -> None:
