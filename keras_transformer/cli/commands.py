@@ -377,8 +377,8 @@ def _onnx_translator(args: argparse.Namespace):
         )
     if args.quantize:
         raise ValueError(
-            "--quantize does not apply to --onnx: an ONNX export runs the float32 "
-            "weights it holds (for int8: --run-dir R --quantize int8)."
+            "--quantize does not apply to --onnx: an ONNX export runs the "
+            "weights it holds (int8 ones: export --format onnx --quantization int8)."
         )
     settings = _search_settings(args)  # Refused before the export loads.
     translator = OnnxTranslator(args.onnx)

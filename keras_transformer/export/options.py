@@ -26,15 +26,6 @@ QUANTIZATIONS = (
 #: room for the target side's extra length.
 DEFAULT_MAX_POSITIONS = 1024 + 256
 
-# How each format that holds float32 weights is quantized instead.
-_QUANTIZED_ELSEWHERE = {
-    "preset": "a preset is quantized as it loads: translate, evaluate or serve "
-    "--preset DIR --quantize int8",
-    "onnx": "translate --onnx and serve --engine onnx run the float32 weights it "
-    "holds; for int8 use --format savedmodel --quantization int8, or translate "
-    "--run-dir R --quantize int8",
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class ExportOptions:
@@ -56,7 +47,8 @@ class ExportOptions:
     )
     quantization: str | None = setting(
         None,
-        "ctranslate2: its weight type; savedmodel: int8 (Keras's int8 projections "
+        "ctranslate2: its weight type; onnx: int8 (onnxruntime's int8 MatMuls, "
+        "the fast int8 on a CPU); savedmodel: int8 (Keras's int8 projections "
         "and embeddings)",
         choices=QUANTIZATIONS,
         shown_default="float32",
@@ -76,10 +68,15 @@ class ExportOptions:
             return
         if self.max_positions is not None:
             raise ValueError("--max-positions applies to --format ctranslate2 only.")
-        if self.quantization in (None, "float32") or self.format == "savedmodel":
-            return  # A SavedModel takes int8 (checked by its exporter) or float32.
-        raise ValueError(
-            "--quantization applies to --format ctranslate2 (its weight types) and "
-            f"savedmodel (int8); a {self.format} export holds float32 weights: "
-            f"{_QUANTIZED_ELSEWHERE[self.format]}."
-        )
+        if self.format == "preset" and self.quantization not in (None, "float32"):
+            raise ValueError(
+                "--quantization applies to --format ctranslate2 (its weight "
+                "types), onnx and savedmodel (int8); a preset holds float32 "
+                "weights and is quantized as it loads: translate, evaluate or "
+                "serve --preset DIR --quantize int8."
+            )
+        if self.quantization not in (None, "float32", "int8"):
+            raise ValueError(
+                f"--quantization {self.quantization} is a CTranslate2 weight type; "
+                f"a {self.format} export takes int8 or float32."
+            )

@@ -47,7 +47,9 @@ def export_run(
     if options.format == "onnx":
         from keras_transformer.export.onnx import export_onnx
 
-        path = export_onnx(run_dir, out, settings, model=model)
+        path = export_onnx(
+            run_dir, out, settings, model=model, quantization=options.quantization
+        )
         return (
             f"ONNX graphs written to {path} (translate --onnx {path}, serve "
             f"--engine onnx --export-dir {path}; see {path}/export.json)"

@@ -76,15 +76,16 @@ def bind(host: str, port: int) -> socket.socket:
 def decode_workers(engine: str, workers: int, backend: str = "") -> int:
     """Batches decoded at once (`--workers`; 0: the engine's default).
 
-    CTranslate2 decodes batches side by side (`inter_threads`), and so does
-    the Keras engine on JAX and TensorFlow (their compiled programs run
-    without the GIL, so one batch's host work between search segments
-    overlaps the other's compute). The next batch then forms and decodes
+    CTranslate2 decodes batches side by side (`inter_threads`), and so do
+    the ONNX engine (onnxruntime's sessions run concurrently, without the
+    GIL) and the Keras engine on JAX and TensorFlow (their compiled
+    programs run without the GIL, so one batch's host work between search
+    segments overlaps the other's compute). The next batch then forms and decodes
     while one runs, where one worker leaves the texts that came meanwhile
     to wait (docs/benchmarks-http-workers.md). The SavedModel engine
     and the Keras engine on torch (eager: Python runs every op) decode one
     batch at a time."""
-    side_by_side = engine == "ctranslate2" or (
+    side_by_side = engine in ("ctranslate2", "onnx") or (
         engine == "keras" and backend in ("jax", "tensorflow")
     )
     if not side_by_side:
@@ -92,8 +93,8 @@ def decode_workers(engine: str, workers: int, backend: str = "") -> int:
             where = f" on {backend}" if engine == "keras" else ""
             raise ValueError(
                 f"--workers {workers}: the {engine} engine{where} decodes one "
-                "batch at a time (batches side by side: --engine ctranslate2, "
-                "or keras on jax or tensorflow). Leave --workers out."
+                "batch at a time (batches side by side: --engine ctranslate2 or "
+                "onnx, or keras on jax or tensorflow). Leave --workers out."
             )
         return 1
     return workers or (2 if available_cores() >= 2 else 1)

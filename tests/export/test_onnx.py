@@ -13,6 +13,7 @@ show where it is suppressed.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -127,6 +128,35 @@ def test_unk_is_generated_only_when_allowed(engine):
 
 
 @torch_only
+def test_an_int8_export_multiplies_in_int8_and_stays_near_float32(
+    engine, run_dir, tmp_path
+):
+    import onnx
+
+    from keras_transformer.export.onnx import INT8_TOLERANCE, export_onnx
+
+    out = export_onnx(
+        run_dir, tmp_path / "int8", SETTINGS["beam4"], quantization="int8"
+    )
+    assert read_export_info(out)["quantization"] == "int8"
+    assert read_export_info(engine.directory)["quantization"] == "float32"
+    for graph in ("encoder.onnx", "decoder_step.onnx"):
+        kinds = [node.op_type for node in onnx.load(out / graph).graph.node]
+        # Every product with a weight, the tied output projection's too.
+        assert "MatMulInteger" in kinds and "MatMul" not in kinds, graph
+    int8, float32 = (OnnxTranslator(d, threads=1) for d in (out, engine.directory))
+    source = np.array([[5, 9, 12, 7, 30, 0, 0]], np.int32)
+    step = np.full((1, 1), 2, np.int32)
+    logits = [
+        t.decode_step(step, t.empty_past(1), t.encode(source))[0]
+        for t in (int8, float32)
+    ]
+    difference = np.max(np.abs(logits[0] - logits[1])) / np.max(np.abs(logits[1]))
+    assert 0 < difference < INT8_TOLERANCE  # Quantized, and close.
+    assert len(int8.translate(TEXTS, SETTINGS["beam4"])) == len(TEXTS)
+
+
+@torch_only
 def test_export_json_records_the_export(engine, run_dir):
     info = read_export_info(engine.directory)
     assert info["format"] == "onnx" and info["format_version"] == FORMAT_VERSION
@@ -188,11 +218,16 @@ def test_served_translations_equal_translate(engine, run_dir, translator, tmp_pa
     args = ["--run-dir", str(run_dir), "--engine", "onnx"]
     args += ["--export-dir", str(engine.directory), "--warmup-tokens", "16"]
     args += ["--max-extra-length", str(EXTRA), "--allowed-beam-sizes", "1,4"]
+    args += ["--workers", "2"]  # Batches side by side, on one pair of sessions.
     server = ServerProcess(args, tmp_path / "server.log")
     try:
         info = server.get("/v1/info").json()
         assert info["engine"] == "onnx" and info["attention"] is False
-        assert server.translate(TEXTS) == translator(SETTINGS["beam4"])(TEXTS)
+        assert info["model"]["quantization"] == "float32"
+        expected = translator(SETTINGS["beam4"])(TEXTS)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(server.translate, [TEXTS[:5], TEXTS[5:]] * 2))
+        assert answers == [expected[:5], expected[5:]] * 2
         greedy = server.translate(TEXTS, beam_size=1)
         assert greedy == translator(SETTINGS["greedy"])(TEXTS)
     finally:
@@ -275,10 +310,10 @@ def test_an_export_in_a_child_process_reports_its_error(run_dir, tmp_path, monke
 
 def test_export_command_refuses_what_onnx_does_not_take(tmp_path, capsys):
     argv = ["export", "--run-dir", str(tmp_path), "--out", str(tmp_path / "o")]
-    assert main([*argv, "--format", "onnx", "--quantization", "int8"]) == 2
+    assert main([*argv, "--format", "onnx", "--quantization", "int16"]) == 2
     error = capsys.readouterr().err
-    assert "--quantization applies to" in error
-    assert "translate --onnx and serve --engine onnx run the float32" in error
+    assert "--quantization int16 is a CTranslate2 weight type" in error
+    assert "a onnx export takes int8 or float32" in error
     assert main(["translate", "--onnx", str(tmp_path), "--run-dir", "r"]) == 2
     assert "--onnx and --run-dir both name a model" in capsys.readouterr().err
     assert main(["translate", "--onnx", str(tmp_path), "--quantize", "int8"]) == 2
@@ -289,11 +324,15 @@ def test_export_command_calls_the_onnx_exporter(tmp_path, capsys, monkeypatch):
     from keras_transformer.export import onnx
 
     calls = []
-    monkeypatch.setattr(onnx, "export_onnx", lambda *a, **k: calls.append(a) or a[1])
+    monkeypatch.setattr(
+        onnx, "export_onnx", lambda *a, **k: calls.append((a, k)) or a[1]
+    )
     argv = ["export", "--run-dir", str(tmp_path), "--out", str(tmp_path / "o")]
     assert main([*argv, "--format", "onnx", "--beam-size", "2"]) == 0
-    ((run_dir, out, settings),) = calls
+    assert main([*argv, "--format", "onnx", "--quantization", "int8"]) == 0
+    ((run_dir, out, settings), changes), (_, int8) = calls
     assert (run_dir, out, settings.beam_size) == (str(tmp_path), str(tmp_path / "o"), 2)
+    assert changes["quantization"] is None and int8["quantization"] == "int8"
     assert f"translate --onnx {tmp_path / 'o'}" in capsys.readouterr().out
 
 

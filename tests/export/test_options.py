@@ -30,7 +30,7 @@ def test_the_defaults_are_a_float32_savedmodel():
     [
         ({"format": "onnx", "max_positions": 10}, "--max-positions applies to"),
         ({"format": "preset", "quantization": "int8"}, "--preset DIR --quantize int8"),
-        ({"format": "onnx", "quantization": "float16"}, "--format savedmodel"),
+        ({"format": "onnx", "quantization": "float16"}, "takes int8 or float32"),
         ({"format": "tflite"}, "format (--format) must be one of savedmodel"),
         ({"format": "ctranslate2", "max_positions": 0}, "must be >= 1"),
     ],

@@ -280,6 +280,7 @@ def test_which_engines_decode_batches_side_by_side(monkeypatch):
     monkeypatch.setattr(server, "available_cores", lambda: 2)
     assert server.decode_workers("ctranslate2", 0) == 2
     assert server.decode_workers("ctranslate2", 5) == 5
+    assert server.decode_workers("onnx", 0) == 2
     assert server.default_threads(2) == 1  # One core left beside the HTTP side.
     assert server.decode_workers("keras", 0, "jax") == 2
     assert server.decode_workers("keras", 3, "tensorflow") == 3

@@ -39,6 +39,6 @@ class OnnxEngine(Engine):
         model = {
             "export": self.directory.name,
             "file": self.model.info.get("model"),
-            "quantization": None,
+            "quantization": self.model.info.get("quantization", "float32"),
         }
         return {**super().info(), "model": model}
