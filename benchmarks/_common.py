@@ -1,6 +1,7 @@
 """Shared by the benchmark scripts: machine facts, model FLOPs, the matmul
 peak, peak memory, the step profiles' model and table, and writing a
-section of docs/benchmarks.md."""
+section of the benchmark pages (docs/benchmarks.md and
+docs/benchmarks-*.md, a topic each)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,16 @@ from importlib import metadata
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+
+def benchmark_page(heading: str) -> Path:
+    """The benchmark page holding the `### heading` section: DOCS or one of
+    the docs/benchmarks-*.md pages; DOCS when none does (a new section)."""
+    for page in sorted(DOCS.parent.glob("benchmarks*.md")):
+        text = page.read_text(encoding="utf-8")
+        if text.startswith(f"### {heading}\n") or f"\n### {heading}\n" in text:
+            return page
+    return DOCS
 
 
 def cpu_model() -> str:
@@ -143,10 +154,12 @@ def real_token_shares(batches) -> dict[str, float]:
 
 
 def write_section(heading: str, text: str) -> None:
-    """Replace (or append) the `### heading` section of docs/benchmarks.md."""
+    """Replace the `### heading` section of the benchmark page holding it,
+    or append it to docs/benchmarks.md."""
+    docs = benchmark_page(heading)
     heading = f"### {heading}"
     section = heading + "\n\n" + text.strip() + "\n"
-    content = DOCS.read_text(encoding="utf-8") if DOCS.exists() else "# Benchmarks\n"
+    content = docs.read_text(encoding="utf-8") if docs.exists() else "# Benchmarks\n"
     start = content.find(heading + "\n")
     if start < 0:
         content = content.rstrip("\n") + "\n\n" + section
@@ -158,7 +171,7 @@ def write_section(heading: str, text: str) -> None:
         ]
         end = min(ends) + 1 if ends else len(content)
         content = content[:start] + section + ("\n" if ends else "") + content[end:]
-    DOCS.write_text(content, encoding="utf-8")
+    docs.write_text(content, encoding="utf-8")
 
 
 def run_child(

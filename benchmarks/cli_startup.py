@@ -83,7 +83,7 @@ def main() -> None:
     parser.add_argument(
         "--backend", default=os.environ.get("KERAS_BACKEND", "tensorflow")
     )
-    parser.add_argument("--write", action="store_true", help="into docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="into docs/benchmarks*.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         trees = {"this checkout": ROOT}

@@ -32,7 +32,7 @@ Without --src/--ref: a run trained on Multi30k reads test2016 from
 ../shared/data/multi30k (`test_2016_flickr.{en,de}.gz`) when that folder
 exists; any other run (or without the folder) reads its own test split,
 from the corpus its manifest names. `--write` replaces the generated part
-of the "Decoding options: what each costs" section of docs/benchmarks.md
+of the "Decoding options: what each costs" section of docs/benchmarks*.md
 (between the markers below; the prose around them is kept).
 """
 
@@ -51,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import DOCS, machine_line  # noqa: E402
+from _common import benchmark_page, machine_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -272,9 +272,11 @@ def tables(found: dict, rounds: int) -> str:
     )
 
 
-def write_tables(text: str, docs: Path = DOCS) -> None:
-    """Replace the text between the markers of the section; without them,
-    append the section (heading, markers, text) at the end."""
+def write_tables(text: str, docs: Path | None = None) -> None:
+    """Replace the text between the markers of the section (in `docs`,
+    default: the benchmark page holding it); without them, append the
+    section (heading, markers, text) at the end."""
+    docs = docs or benchmark_page(HEADING.removeprefix("### "))
     content = docs.read_text(encoding="utf-8")
     begin, end = content.find(WRITE_BEGIN), content.find(WRITE_END)
     block = f"{WRITE_BEGIN}\n\n{text.strip()}\n\n{WRITE_END}"
@@ -294,7 +296,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--last", type=int, default=5, help="checkpoints averaged")
-    parser.add_argument("--write", action="store_true", help="docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="docs/benchmarks*.md")
     args = parser.parse_args()
     if bool(args.src) != bool(args.ref):
         parser.error("--src and --ref go together")

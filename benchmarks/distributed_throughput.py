@@ -10,7 +10,7 @@ one process, alternating their timing windows:
 - mixed_float16 on one device (with dynamic loss scaling).
 
 Prints real target tokens per second (median over the windows) and, with
---write, replaces this backend's section of docs/benchmarks.md.
+--write, replaces this backend's section of docs/benchmarks*.md.
 
     KERAS_BACKEND=tensorflow python benchmarks/distributed_throughput.py --write
     KERAS_BACKEND=jax python benchmarks/distributed_throughput.py --write

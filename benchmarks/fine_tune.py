@@ -111,7 +111,7 @@ def main() -> None:
         default="--set warmup_steps=100 --learning-rate-scale 0.4",
         help="train flags both fine-tunes take (default: a short warmup)",
     )
-    parser.add_argument("--write", action="store_true", help="docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="docs/benchmarks*.md")
     args = parser.parse_args()
     rows = {
         "start (no fine-tuning)": {

@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=500, help="sentences")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--write", action="store_true", help="docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="docs/benchmarks*.md")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if bool(args.src) != bool(args.ref):

@@ -44,7 +44,7 @@ texts less those answered to the staying clients) beside those dropped.
         --run-dir runs/m30k-small --engines keras savedmodel \\
         --backends jax tensorflow --warmup-tokens 64 256 [--write]
 
-`--write` puts the tables into their section of docs/benchmarks.md (`###
+`--write` puts the tables into their section of docs/benchmarks*.md (`###
 HTTP serving under load`, `... batching flags`, `... operations`, `...
 start to ready`), between the section's two marker lines (HTML comments,
 not shown: `<!-- benchmarks/serving_load.py --write: generated from here
@@ -78,7 +78,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DOCS, machine_line  # noqa: E402
+from _common import benchmark_page, machine_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # The generated part of a section of docs/benchmarks.md: --write replaces
@@ -87,11 +87,13 @@ WRITE_BEGIN = "<!-- benchmarks/serving_load.py --write: generated from here -->"
 WRITE_END = "<!-- benchmarks/serving_load.py --write: generated to here -->"
 
 
-def write_tables(heading: str, text: str, docs: Path = DOCS) -> str:
+def write_tables(heading: str, text: str, docs: Path | None = None) -> str:
     """Put `text` between the markers of the `### heading` section of
-    `docs`, keeping the rest of the section (its prose). A section without
-    the markers gets them with `text` at its end; a missing section is
-    appended. Returns what was done, for the console."""
+    `docs` (default: the benchmark page holding it), keeping the rest of the
+    section (its prose). A section without the markers gets them with `text`
+    at its end; a missing section is appended. Returns what was done, for
+    the console."""
+    docs = docs or benchmark_page(heading)
     block = f"{WRITE_BEGIN}\n\n{text.strip()}\n\n{WRITE_END}\n"
     content = docs.read_text(encoding="utf-8") if docs.exists() else "# Benchmarks\n"
     title = f"### {heading}\n"
@@ -692,8 +694,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="--write replaces only the tables between the section's marker "
-        "lines in docs/benchmarks.md; the prose around them is kept (see the "
-        "module's docstring).",
+        "lines in its benchmark page (docs/benchmarks*.md); the prose around "
+        "them is kept (see the module's docstring).",
     )
     parser.add_argument("--run-dir", required=True, help="a trained run (small)")
     parser.add_argument(
@@ -746,7 +748,7 @@ def main() -> None:
     parser.add_argument(
         "--write",
         action="store_true",
-        help="put the tables into their section of docs/benchmarks.md, between "
+        help="put the tables into their section of docs/benchmarks*.md, between "
         "its marker lines, keeping the section's prose",
     )
     args = parser.parse_args()

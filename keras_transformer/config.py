@@ -85,9 +85,10 @@ class TransformerConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TransformerConfig:
-        """Return the named preset (`tiny`, `base`, `big`) with overrides.
+        """Return the named preset (`tiny`, `small`, `base`, `big`, `parsing`)
+        with overrides.
 
-        Example:
+        Examples:
             >>> TransformerConfig.preset("base", vocab_size=37000).d_model
             512
         """

@@ -353,7 +353,7 @@ class Transformer(TokenLossLogs, keras.Model):
 def build_transformer(config: TransformerConfig | None = None) -> Transformer:
     """Build the functional Transformer for `config` (default: `base`).
 
-    Example:
+    Examples:
         >>> config = TransformerConfig.preset("tiny")
         >>> model = build_transformer(config)
         >>> logits = model({"source_ids": src, "target_ids": tgt})  # (B, T, V)

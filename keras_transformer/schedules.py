@@ -24,7 +24,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         scale: float. Multiplier (tensor2tensor's `learning_rate`, OpenNMT's
             `scale`). Defaults to 1.0, the paper's value.
 
-    Example:
+    Examples:
         >>> schedule = TransformerSchedule(d_model=512)
         >>> keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98,
         ...                       epsilon=1e-9)

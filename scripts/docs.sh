@@ -4,6 +4,9 @@
 # The tools go into their own environment, .venv-docs (docs/requirements.txt;
 # no Keras backend: the API reference is read from the source, the
 # command-line reference from the parser, which needs no Keras).
+# The site is local: open site/index.html from disk, or serve it with
+# `python -m http.server -d site`; search works both ways and no page loads
+# anything from the network (tests/test_site.py checks both).
 # Usage: bash scripts/docs.sh [extra `mkdocs build` flags]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,4 +21,5 @@ fi
 # mkdocs-material prints a banner about mkdocs 2.0 at every build; this
 # site is pinned below 2 (docs/requirements.txt).
 NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --clean --site-dir site "$@"
-echo "docs.sh: site/ built ($((SECONDS - start)) s); open site/index.html"
+echo "docs.sh: site/ built ($((SECONDS - start)) s); open site/index.html" \
+  "(or serve it: python -m http.server -d site)"

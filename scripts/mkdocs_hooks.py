@@ -6,6 +6,10 @@ the page cannot drift from the flags. The docs environment has no Keras
 backend, and the package's `__init__` registers the model with Keras: the
 parser and its settings need neither, so they are imported here without the
 package's `__init__` (which also proves that `--help` starts no Keras).
+
+The repository link in the header stays a plain link: mkdocs-material would
+fetch the repository's stars and forks from the GitHub API to show beside
+it, and the site loads nothing from the network (tests/test_site.py).
 """
 
 from __future__ import annotations
@@ -32,3 +36,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARKER not in markdown:
         return markdown
     return markdown.replace(MARKER, _cli_reference())
+
+
+def on_post_page(output: str, page, config) -> str:
+    return output.replace(' data-md-component="source"', "")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create a virtual environment (if missing) and install keras-transformer into
-# it, editable, with the extras asked for (docs/install.md).
+# Create a virtual environment (if missing) and install keras-transformer (the
+# keras-nmt distribution) into it, editable, with the extras asked for
+# (docs/install.md).
 # Usage: bash scripts/setup.sh [--venv DIR] [--extras LIST] [--gpu BACKEND]
 #   --venv DIR       the environment (default .venv)
 #   --extras LIST    comma-separated extras (default dev: both CPU backends,
@@ -32,11 +33,17 @@ if [ ! -x "$venv/bin/python" ]; then
   "$PYTHON" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
+# An environment made before the distribution was renamed keras-nmt holds it
+# as keras-transformer (the name of an unrelated PyPI project with the same
+# import package): removed first, so one distribution owns keras_transformer.
+if "$venv/bin/python" -m pip show --quiet keras-transformer > /dev/null 2>&1; then
+  "$venv/bin/python" -m pip uninstall --quiet --yes keras-transformer
+fi
 "$venv/bin/python" -m pip install --quiet -e ".[$extras]"
 # An extra that disagrees with what is already there fails here, not later.
 if ! broken=$("$venv/bin/python" -m pip check); then
   echo "setup.sh: pip check in $venv: $broken" >&2
   exit 1
 fi
-echo "setup.sh: $venv has keras-transformer[$extras]" \
+echo "setup.sh: $venv has keras-nmt[$extras]" \
   "($(du -sh "$venv" | cut -f1), $((SECONDS - start)) s)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up, lint, build the documentation site strictly, and run the whole
-# test suite on the three backends, plus the JAX-only install's route
-# (scripts/smoke_single_backend.sh jax). CI runs this (.ci/run).
+# test suite on the three backends, plus the quick start's commands as
+# written on a JAX-only install (scripts/smoke_single_backend.sh jax). CI
+# runs this (.ci/run).
 # Usage: bash scripts/test.sh [--quick] [extra pytest args]
 #   --quick   set up and lint, then one backend's fast tests (KERAS_BACKEND,
 #             default torch, whose eager tests are the quickest: about 3.5

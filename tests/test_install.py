@@ -82,7 +82,7 @@ def test_torch_extra_is_the_cpu_wheel_on_disk():
 
 def test_dev_holds_every_cpu_backend_and_the_test_tools():
     dev = " ".join(PROJECT["optional-dependencies"]["dev"])
-    assert "keras-transformer[tensorflow,jax,torch,hub,serve,notebooks]" in dev
+    assert "keras-nmt[tensorflow,jax,torch,hub,serve,notebooks]" in dev
     assert "pytest" in dev and "ruff" in dev
     assert "cuda" not in dev
 
@@ -100,7 +100,7 @@ def test_require_names_the_extra_of_a_missing_package(monkeypatch):
         require("ctranslate2", purpose="CTranslate2 export")
     message = str(caught.value)
     assert "CTranslate2 export needs the ctranslate2 package" in message
-    assert "pip install 'keras-transformer[serve]'" in message
+    assert "pip install -e '.[serve]' in the keras-nmt clone" in message
     assert isinstance(caught.value, ImportError)  # Callers catch ImportError.
 
 
@@ -116,7 +116,7 @@ def test_require_names_the_extra_of_a_missing_package(monkeypatch):
 )
 def test_require_default_extra(monkeypatch, module, extra):
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(MissingExtraError, match=rf"keras-transformer\[{extra}\]"):
+    with pytest.raises(MissingExtraError, match=rf"'\.\[{extra}\]'"):
         require(module)
 
 
@@ -129,7 +129,7 @@ def test_explain_missing_only_for_our_optional_packages():
     explained = optional_imports.explain_missing(
         ModuleNotFoundError("No module named 'keras_hub'", name="keras_hub")
     )
-    assert "pip install 'keras-transformer[hub]'" in str(explained)
+    assert "pip install -e '.[hub]'" in str(explained)
     other = ModuleNotFoundError("No module named 'yaml'", name="yaml")
     assert optional_imports.explain_missing(other) is None
 
@@ -138,14 +138,14 @@ def test_wordpiece_without_keras_hub_names_the_hub_extra(monkeypatch):
     from keras_transformer.data.tokenizer import WordPieceTokenizer
 
     monkeypatch.setitem(sys.modules, "keras_hub", None)
-    with pytest.raises(MissingExtraError, match=r"keras-transformer\[hub\]"):
+    with pytest.raises(MissingExtraError, match=r"'\.\[hub\]'"):
         WordPieceTokenizer(["<pad>"])
 
 
 def test_tensorboard_logs_need_tensorflow(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "tensorflow", None)
     assert optional_imports.tensorboard_callback(tmp_path) is None
-    assert "pip install 'keras-transformer[tensorflow]'" in capsys.readouterr().err
+    assert "pip install -e '.[tensorflow]'" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(
@@ -172,7 +172,7 @@ def test_import_names_the_extra_of_a_hidden_backend(backend):
     assert result.returncode != 0
     assert "MissingExtraError" in result.stderr
     assert f"KERAS_BACKEND={backend}, but the {backend} package" in result.stderr
-    assert f"pip install 'keras-transformer[{backend}]'" in result.stderr
+    assert f"pip install -e '.[{backend}]'" in result.stderr
 
 
 @in_a_fresh_interpreter
@@ -192,7 +192,7 @@ def test_default_backend_missing_says_how_to_choose_another(tmp_path):
     )
     assert result.returncode != 0
     assert "its default: KERAS_BACKEND is not set" in result.stderr
-    assert "pip install 'keras-transformer[tensorflow]'" in result.stderr
+    assert "pip install -e '.[tensorflow]'" in result.stderr
     assert "KERAS_BACKEND=jax" in result.stderr  # Installed in [dev].
 
 
@@ -216,7 +216,7 @@ def test_command_line_prints_the_sentence_and_exits_2():
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "keras-transformer: error: KERAS_BACKEND=jax" in result.stderr
-    assert "pip install 'keras-transformer[jax]'" in result.stderr
+    assert "pip install -e '.[jax]'" in result.stderr
 
 
 @in_a_fresh_interpreter
@@ -299,7 +299,7 @@ def test_gpus_the_backend_does_not_see_are_named_with_the_extra(
     extra = accelerators.CUDA_EXTRAS[keras.backend.backend()]
     assert "nvidia-smi lists 2 GPU(s) (GPU 0: NVIDIA H200" in err
     assert "backend sees none: this runs on the CPU" in err
-    assert f"pip install 'keras-transformer[{extra}]'" in err
+    assert f"pip install -e '.[{extra}]'" in err
 
 
 def test_gpus_the_backend_sees_give_no_warning(monkeypatch, tmp_path):

@@ -121,7 +121,7 @@ def test_a_trained_model_predicts_the_same_tokens_in_int8(trained_run):
     run = RunDirectory(trained_run).open_for_inference()
     quantize_model(run.model, "int8")
     actual, _ = _teacher_forced(run.model, run.tokenizer, pairs)
-    # The stated tolerance (docs/decoding.md): log-probabilities within
+    # The stated tolerance (docs/int8.md): log-probabilities within
     # 0.05 nats on average, and the same most likely token almost everywhere.
     difference = np.abs(actual - expected)[real]
     assert difference.mean() < 0.05

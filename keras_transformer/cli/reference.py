@@ -9,6 +9,7 @@ reference cannot drift from the flags. Light: it starts no Keras.
 from __future__ import annotations
 
 import argparse
+import html
 
 from keras_transformer.cli.parser import COMMANDS, DESCRIPTION, build_parser
 from keras_transformer.utils.setting_fields import range_text
@@ -53,7 +54,8 @@ def _row(action: argparse.Action) -> str:
     flag = ", ".join(action.option_strings) or action.dest
     if action.nargs in ("*", "+"):
         flag += " ..."
-    help_text = (action.help or "").replace("|", "\\|")
+    # Markdown tables hold HTML: "OUT.backup-<time>" would be a <time> tag.
+    help_text = html.escape(action.help or "", quote=False).replace("|", "\\|")
     # The default is its own column: drop the "(default: ...)" help repeats.
     help_text = help_text.split(" (default: ")[0]
     required = " (required)" if action.required else ""

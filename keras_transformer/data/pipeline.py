@@ -34,8 +34,8 @@ from keras_transformer.utils import console
 # tokens rise from 79% to 89% of the padded target tokens (72% to 80% of
 # the source's), so a batch of the same padded budget carries 12% more real
 # tokens in about the same step time (10% to 14% more real tokens per
-# second measured), for 3 more batch shapes to compile (docs/benchmarks.md,
-# "Length buckets").
+# second measured), for 3 more batch shapes to compile
+# (docs/benchmarks-training-speed.md, "Length buckets").
 DEFAULT_BUCKETS = (4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 96, 128, 192, 256)
 
 

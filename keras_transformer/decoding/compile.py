@@ -30,7 +30,7 @@ from keras_transformer.utils.user_cache import user_cache_root
 # Programs that took less than this to compile are not worth a disk read.
 _CACHE_MIN_COMPILE_SECONDS = 0.5
 # "1": compile the search with torch.compile on the torch backend instead of
-# running it eagerly (docs/benchmarks.md, "Decoding on torch": Keras's torch
+# running it eagerly (docs/benchmarks-compiling.md, "Decoding on torch": Keras's torch
 # while_loop is a Python loop whose condition is read on the host every
 # step, so torch.compile can compile only the loop's body, one graph per
 # shape, and still pays Python and Keras's layer calls around it).
@@ -163,7 +163,7 @@ def enable_compilation_cache(
     its XLA flags once, when it first compiles with XLA, so call this before
     any compiled function runs. A cache hit costs the loading but not the
     compiling: `evaluate` of Multi30k test2016 with beam 4 took 41 s instead
-    of 54 (all of it, from process start; docs/benchmarks.md, "Compilation
+    of 54 (all of it, from process start; docs/benchmarks-compiling.md, "Compilation
     caches"). TensorFlow logs two harmless error-level lines per hit (a text-format
     parse it falls back from, and tuning flags of the compiled code); the
     command line hides them.

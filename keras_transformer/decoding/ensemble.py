@@ -53,7 +53,7 @@ class Ensemble:
         ValueError: no model, or vocabulary sizes that differ (named).
         TypeError: something that is not a `Transformer`.
 
-    Example:
+    Examples:
         >>> generator = SequenceGenerator(Ensemble([model_a, model_b]))
         >>> sequences, scores = generator(source_ids)
     """

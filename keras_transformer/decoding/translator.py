@@ -51,7 +51,7 @@ class Translator:
             Defaults to None: the search.
         **changes: `SearchSettings` fields to change (`beam_size=1`).
 
-    Example:
+    Examples:
         >>> translator = Translator(model, tokenizer, beam_size=1)
         >>> translator(["The dog sleeps."])
         ['Der Hund schläft.']

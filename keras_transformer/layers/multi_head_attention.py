@@ -51,7 +51,7 @@ class MultiHeadAttention(keras.layers.Layer):
     Returns:
         (B, T, D), or (output, weights) when weights are requested.
 
-    Example:
+    Examples:
         >>> attention = MultiHeadAttention(num_heads=8)
         >>> x = keras.random.normal((2, 10, 512))
         >>> attention(x).shape

@@ -63,7 +63,7 @@ class ScaledDotProductAttention(keras.layers.Layer):
     Returns:
         (B, T, H, V), or a tuple with the weights when requested.
 
-    Example:
+    Examples:
         >>> attention = ScaledDotProductAttention()
         >>> q = k = v = keras.random.normal((2, 5, 4, 8))
         >>> attention(q, k, v).shape

@@ -41,7 +41,7 @@ class ScaledEmbedding(keras.layers.Layer):
             vocabulary: (B, L, D) -> (B, L, V) float32 logits, computed in
             float32 under mixed precision.
 
-    Example:
+    Examples:
         >>> embedding = ScaledEmbedding(vocab_size=100, model_dim=16)
         >>> x = embedding(keras.ops.ones((2, 5), "int32"))
         >>> embedding(x, reverse=True).shape

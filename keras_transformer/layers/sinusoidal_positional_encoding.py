@@ -44,7 +44,7 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
         (B, L, D): inputs + PE[start_index : start_index + L], in the inputs'
         dtype (the table itself is computed in float32).
 
-    Example:
+    Examples:
         >>> layer = SinusoidalPositionalEncoding()
         >>> layer(keras.ops.zeros((1, 3, 8))).shape
         (1, 3, 8)

@@ -21,7 +21,7 @@ With ``with_words=True`` each tag is followed by its word, a copy of the
 source's (``(S (NP NNP Pierre )NP (VP VBZ runs )VP . . )S``): the targets
 are longer, but the decoder can find its place in the sentence by the word
 it has just written instead of by counting tags, which a small model
-trained briefly learns much sooner (docs/parsing.md has the figures).
+trained briefly learns much sooner (docs/parsing-table4.md has the figures).
 Reading such output, the token after a tag is its copy when it is that
 word, or ``<unk>`` (the vocabulary's stand-in for a rare word); the tree
 takes the input's word. Any other token after a tag means the copy is

@@ -57,7 +57,7 @@ class TransformerSeq2SeqLM(TokenLossLogs, keras.Model):
         training_data: where the weights were trained, for the preset's
             `metadata.json`.
 
-    Example:
+    Examples:
         >>> lm = TransformerSeq2SeqLM.from_preset("tiny", texts=sources + targets)
         >>> lm.fit(x=(sources, targets), epochs=5)  # Compiled with the paper's.
         >>> lm.generate(["The dog sleeps."], beam_size=1)

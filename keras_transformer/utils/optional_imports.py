@@ -1,11 +1,12 @@
 """Optional packages: import one, or say which extra of ours installs it.
 
 Each backend and each feature with a package of its own is an extra of
-``keras-transformer`` (docs/install.md). Code that needs such a package
-calls ``require("ctranslate2", "serve")`` instead of a bare import, so a user
-missing it reads ``pip install 'keras-transformer[serve]'`` rather than a
-ModuleNotFoundError from deep inside. This module imports nothing heavy: the
-package's ``__init__`` uses it before Keras starts its backend.
+the ``keras-nmt`` distribution (docs/install.md). Code that needs such a
+package calls ``require("ctranslate2", "serve")`` instead of a bare import,
+so a user missing it reads ``pip install -e '.[serve]'`` (run in the
+keras-nmt clone) rather than a ModuleNotFoundError from deep inside. This
+module imports nothing heavy: the package's ``__init__`` uses it before
+Keras starts its backend.
 """
 
 from __future__ import annotations
@@ -47,9 +48,15 @@ class MissingExtraError(ImportError):
     """An optional package is not installed; the message names the extra."""
 
 
+# The distribution's name (pyproject.toml): not PyPI's `keras-transformer`,
+# an unrelated project that installs a `keras_transformer` package too.
+DISTRIBUTION = "keras-nmt"
+
+
 def install_command(extra: str) -> str:
-    """The pip command that installs `extra` of this package."""
-    return f"pip install 'keras-transformer[{extra}]'"
+    """The pip command that installs `extra` of this package: from the clone
+    it is installed from (it is not published on a package index)."""
+    return f"pip install -e '.[{extra}]' in the {DISTRIBUTION} clone"
 
 
 def is_installed(module_name: str) -> bool:

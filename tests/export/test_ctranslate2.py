@@ -159,7 +159,7 @@ def test_missing_ctranslate2_names_the_package(tmp_path, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "ctranslate2", None)
-    with pytest.raises(ImportError, match=r"pip install 'keras-transformer\[serve\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[serve\]'"):
         export_ctranslate2(tmp_path / "run", tmp_path / "out")
 
 

@@ -2,9 +2,9 @@
 selenium through Debian's chromedriver (no browser download), against a
 `keras-transformer serve` process on 127.0.0.1.
 
-scripts/test.sh installs chromium and chromium-driver with apt-get when
-they are missing; this module is skipped, saying so, only where that was
-impossible. Set KERAS_TRANSFORMER_SCREENSHOT=docs/serve-demo.png to keep
+The browser is tests/browser.py's (scripts/install_browser.sh installs it
+when missing; this module is skipped, saying so, only where that was
+impossible). Set KERAS_TRANSFORMER_SCREENSHOT=docs/serve-demo.png to keep
 the screenshot, and KERAS_TRANSFORMER_DEMO_RUN=RUN_DIR to serve a trained
 run instead of the test's untrained one (the README's screenshot: the
 `small` Multi30k run).
@@ -15,33 +15,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.browser import start_chromium
 from tests.serving.client import ServerProcess
 
 webdriver = pytest.importorskip("selenium.webdriver")
 pytestmark = [pytest.mark.slow, pytest.mark.backend_neutral]
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-# The machine notes' flags: no sandbox as root, and no background
-# connections (refused on a closed network, many at a time).
-FLAGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-renderer-backgrounding",
-    "--disable-background-timer-throttling",
-    "--window-size=1200,1400",
-]
 SENTENCE = "A man in a blue shirt is playing the guitar on the street."
 # Two paragraphs, three sentences: the page sends split_sentences.
 DOCUMENT = (
@@ -68,28 +51,7 @@ def server(tmp_path_factory, untrained_run):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    from selenium.common.exceptions import WebDriverException
-    from selenium.webdriver.chrome.service import Service
-
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
-    if missing:
-        pytest.skip(
-            f"{', '.join(missing)} missing: Debian's chromium and chromium-driver "
-            "could not be installed (scripts/test.sh runs apt-get install)"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    options.add_argument(f"--user-data-dir={profile}")
-    try:
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    except WebDriverException as error:  # Installed, but cannot start: a failure.
-        pytest.fail(f"Chromium did not start: {error.msg}")
-    # Selenium gives up on a chromedriver command after 120 s; on a 2-core
-    # machine busy with other jobs one took longer (a starved browser).
-    driver.command_executor.client_config.timeout = 600
+    driver = start_chromium(tmp_path_factory)
     yield driver
     driver.quit()
 

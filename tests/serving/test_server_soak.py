@@ -10,7 +10,7 @@ compiles every shape a request can have (`batching.ladder_lengths`), so
 nothing compiles while serving and the mappings and memory stay where the
 warm-up left them. The server runs on JAX, or on the backend that
 KERAS_TRANSFORMER_SOAK names (TensorFlow's traces cost 3-5 s each, so it
-is not the default; docs/serving.md has both backends' figures; torch
+is not the default; docs/serving-warm-up.md has both backends' figures; torch
 compiles nothing). The server is its own process, so the test runs in
 one suite only (backend_neutral): CI's shortest."""
 

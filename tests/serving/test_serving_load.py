@@ -114,3 +114,13 @@ def test_the_help_says_what_write_keeps():
     flat = " ".join(shown.split())
     assert "between its marker lines, keeping the section's prose" in flat
     assert "--ready-only" in flat and "--backends" in flat
+
+
+def test_a_section_is_written_on_the_benchmark_page_that_holds_it():
+    """The figures are split by topic over docs/benchmarks.md and
+    docs/benchmarks-*.md: --write finds the page of its section."""
+    common = sys.modules["_common"]  # Imported by the script.
+    page = common.benchmark_page("HTTP serving: operations")
+    assert page == ROOT / "docs" / "benchmarks-http-operations.md"
+    assert "\n### HTTP serving: operations\n" in page.read_text(encoding="utf-8")
+    assert common.benchmark_page("A section no page has") == common.DOCS
