@@ -71,9 +71,9 @@ class ExportOptions:
         if self.format == "preset" and self.quantization not in (None, "float32"):
             raise ValueError(
                 "--quantization applies to --format ctranslate2 (its weight "
-                "types), onnx and savedmodel (int8); a preset holds float32 "
-                "weights and is quantized as it loads: translate, evaluate or "
-                "serve --preset DIR --quantize int8."
+                "types), onnx and savedmodel (int8); a preset export holds "
+                "float32 weights and is quantized as it loads: translate, "
+                "evaluate or serve --preset DIR --quantize int8."
             )
         if self.quantization not in (None, "float32", "int8"):
             raise ValueError(

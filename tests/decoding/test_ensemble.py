@@ -167,12 +167,13 @@ def test_cached_equals_uncached(decoded, beam_size):
     np.testing.assert_allclose(uncached_scores, scores, atol=1e-4, rtol=0)
 
 
-def test_segments_grow_and_gather_every_models_caches(models):
+def test_segments_grow_and_gather_every_models_caches(models, monkeypatch):
     """Between segments a search pads the caches to more positions and
     keeps the rows not done (`SequenceGenerator._grow_cache`, `_keep_rows`,
     over `keras.tree`): each model's caches, of its own heads and width,
-    follow. (A batch of at most 4 rows, as above, starts at the full
-    length; this one of 6 starts short.)"""
+    follow. (A batch of at most `SMALL_BATCH` rows starts at the full
+    length: here 4, so that this one of 6 starts short.)"""
+    monkeypatch.setattr(generator_module, "SMALL_BATCH", 4)
     ensemble = Ensemble([models["a"], models["b"]])
     generator = SequenceGenerator(
         ensemble, beam_size=2, max_extra_length=MAX_EXTRA, segment_steps=2

@@ -348,7 +348,7 @@ def test_export_refuses_quantization_a_format_cannot_hold(
     assert main([*argv, "--format", "preset", "--quantization", "int8"]) == 2
     assert "a preset export holds float32 weights" in capsys.readouterr().err
     assert main([*argv, "--quantization", "int8_float16"]) == 2
-    assert "--quantization 'int8_float16' is not a quantization mode" in (
+    assert "int8_float16 is a CTranslate2 weight type; a savedmodel export" in (
         capsys.readouterr().err
     )
     assert not (tmp_path / "p").exists()

@@ -160,7 +160,8 @@ def test_details_are_translates_and_warmed_they_compile_nothing(run_dir, tmp_pat
     keras_engine = engine("keras", run_dir, tmp_path)
     key = Decoding(SETTINGS, None, keras_engine.alignment_layer(None))
     before = keras_engine.run_batch(TEXTS, key)  # Unwarmed: exact widths.
-    assert keras_engine.warm_up_details(40) == 2 * 4  # Rows 4, 1 by 8..40.
+    # A batch of at most SMALL_BATCH rows is padded whole: rows 4 by 8..40.
+    assert keras_engine.warm_up_details(40) == 4
     compiled = compilations()
     after = keras_engine.run_batch(TEXTS, key)
     assert compilations() == compiled
