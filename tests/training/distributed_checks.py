@@ -263,6 +263,15 @@ def worker(out: str, corpus_dir: str, run_dir: str, steps: str) -> None:
 
 
 if __name__ == "__main__":
+    if keras.backend.backend() == "jax":
+        # As the command line does: JAX compiles each train step once, and
+        # a later `train` of the same model and batch shapes (`resume`'s
+        # interrupted and resumed runs, after its reference) loads it from
+        # disk. Under pytest the cache is the session's
+        # (KERAS_TRANSFORMER_CACHE, tests/conftest.py).
+        from keras_transformer.decoding.compile import enable_compilation_cache
+
+        enable_compilation_cache()
     command, *arguments = sys.argv[1:]
     checks = {
         "mirrored": mirrored,
