@@ -1,7 +1,7 @@
 """int8 against float32 decoding (`--quantize int8`): quality, speed, size.
 
 For each backend, in its own process: the run's model loaded twice, one
-copy quantized (`keras_transformer.quantization`); the test set translated
+copy quantized (`keras_transformer.decoding.quantization`); the test set translated
 by both (beam 4, batches of `--batch-size`; the first pass compiles and
 gives the sacreBLEU and chrF of each); then the two take turns over
 `--rounds` timing windows of the whole set, and the median window gives
@@ -52,8 +52,8 @@ def weight_bytes(model) -> int:
 
 def child(args: argparse.Namespace) -> dict:
     from keras_transformer.decoding.evaluation import corpus_scores
+    from keras_transformer.decoding.quantization import quantize_model
     from keras_transformer.decoding.translator import Translator
-    from keras_transformer.quantization import quantize_model
     from keras_transformer.run.directory import RunDirectory
 
     if args.src:

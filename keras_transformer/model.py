@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_transformer.config import TransformerConfig
@@ -25,6 +26,7 @@ from keras_transformer.layers import (
     ScaledEmbedding,
     SinusoidalPositionalEncoding,
     masks,
+    sinusoidal_table,
 )
 from keras_transformer.losses import with_token_loss
 from keras_transformer.version import __version__
@@ -293,19 +295,12 @@ class Transformer(TokenLossLogs, keras.Model):
             ((B, T_new, V) float32 logits, updated cache list).
         """
         parts = self._parts
-        config = self.config
         y = parts.target_embedding(target_ids)
         y = parts.target_position(y, start_index=step)
-        max_length = ops.shape(cache[0][0])[2]
-        query_positions = masks.token_positions(target_ids, offset=step)
-        key_positions = masks.token_positions(ops.ones((1, max_length), "int32"))
-        self_mask = masks.causal_mask(query_positions, key_positions)
-        if config.attention_window is not None:
-            window = masks.window_mask(
-                query_positions, key_positions, config.attention_window, causal=True
-            )
-            self_mask = ops.logical_and(self_mask, window)
-        cross_mask = masks.cross_attention_mask(source_ids, target_ids)
+        self_mask = self.step_self_attention_mask(
+            target_ids, step, ops.shape(cache[0][0])[2]
+        )
+        cross_mask = self.step_cross_attention_mask(source_ids, target_ids)
         new_cache = []
         for block, layer_cache, key_value in zip(
             parts.decoder_blocks, cache, cross_key_values
@@ -315,6 +310,45 @@ class Transformer(TokenLossLogs, keras.Model):
             )
             new_cache.append(layer_cache)
         return _logits(parts, y), new_cache
+
+    def step_self_attention_mask(self, target_ids, step, key_length):
+        """Where new positions may look in a self-attention cache of
+        `key_length` slots: each sees the slots up to its own position (and
+        only the last `attention_window` of them if the model has a window).
+        `decode_step` and the ONNX export's step graph both use it.
+
+        Shape: (B, T_new) ids at positions step.. -> (B, T_new, key_length)
+        bool."""
+        queries = masks.token_positions(target_ids, offset=step)
+        keys = masks.token_positions(ops.ones((1, key_length), "int32"))
+        mask = masks.causal_mask(queries, keys)
+        window = self.config.attention_window
+        if window is not None:
+            local = masks.window_mask(queries, keys, window, causal=True)
+            mask = ops.logical_and(mask, local)
+        return mask
+
+    def step_cross_attention_mask(self, source_ids, query_ids):
+        """Where decoder queries may look in the source: its real tokens.
+
+        Shape: (B, S) source ids and (B, T) query ids -> (B, T, S) bool."""
+        return masks.cross_attention_mask(source_ids, query_ids)
+
+    def position_tables(self, length: int):
+        """(source, target) position encodings, one row per position from 0:
+        the learned tables as they are, or the first `length` rows of the
+        sinusoid the model adds (what an engine without our layers needs).
+
+        Shape: each (rows, d_model) float32, as NumPy arrays."""
+        parts = self._parts
+        if self.config.position_encoding == "learned":
+            return tuple(
+                np.asarray(ops.convert_to_numpy(table.position_embeddings), np.float32)
+                for table in (parts.source_position, parts.target_position)
+            )
+        table = sinusoidal_table(np.arange(length), self.config.d_model)
+        table = np.asarray(ops.convert_to_numpy(table), np.float32)
+        return table, table
 
     def logits(self, hidden):
         """The decoder's last hidden states -> logits: the final norm (pre-norm

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FAMILY_ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("they import nothing of ours", ("utils/", "version", "config", "schedules")),
     ("the model's parts", ("layers/", "losses", "registry")),
-    ("what counts and converts them", ("metrics", "quantization", "plots")),
+    ("what counts and draws them", ("metrics", "plots")),
     ("trees: a format library, no Keras", ("parsing/",)),
     ("corpora, tokenizers, the token store", ("data/",)),
     ("runs and presets on disk", ("run/",)),

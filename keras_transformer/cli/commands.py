@@ -571,11 +571,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from keras_transformer.model import build_transformer
+    from keras_transformer.training.model_setup import preset_model
 
     for name in args.presets:
-        config = TransformerConfig.preset(name, vocab_size=args.vocab_size)
-        model = build_transformer(config)
+        model = preset_model(name, args.vocab_size)
         if args.verbose:
             model.summary()
         print(f"{name}: {model.count_params():,} parameters (vocab {args.vocab_size})")

@@ -15,6 +15,8 @@
   without Keras (the ONNX export's translator, the constrained search).
 - `opening`: `open_model`, the one way the command line and the server
   open a run, a preset or a `.keras` file for decoding.
+- `quantization`: int8 weights for inference (`--quantize`), applied by
+  the opener and by the SavedModel export.
 
 Importing this package loads nothing heavy; each public name below loads its
 module on first use.

@@ -332,7 +332,7 @@ def open_ensemble(
             f"{run.run.path} was opened without its model "
             "(open_for_inference(load_model=False)); an ensemble needs it."
         )
-    from keras_transformer.quantization import quantize_model
+    from keras_transformer.decoding.quantization import quantize_model
 
     members = [_open_member(run, main, Path(spec)) for spec in specs]
     for member in members:

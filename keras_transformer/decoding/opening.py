@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from keras_transformer.decoding.quantization import quantize_model
 from keras_transformer.decoding.settings import SearchSettings, WeightOptions
-from keras_transformer.quantization import quantize_model
 from keras_transformer.run import preset_files
 from keras_transformer.run.directory import InferenceRun, RunDirectory
 

@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any
 
 from keras_transformer.data.tasks import TASKS
-from keras_transformer.quantization import QUANTIZE_MODES
+from keras_transformer.decoding.quantization import QUANTIZE_MODES
 from keras_transformer.utils.setting_fields import check_setting, flag_name, setting
 
 # PAD and BOS are never generated; UNK unless allow_unk (see `decoding`).

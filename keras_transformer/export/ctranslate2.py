@@ -223,7 +223,7 @@ def build_spec(model, tokenizer, max_positions: int = DEFAULT_MAX_POSITIONS):
     parts = model._parts
     source_table = _numpy(parts.source_embedding.embeddings)
     target_table = _numpy(parts.target_embedding.embeddings)
-    source_positions, target_positions = _position_tables(model, parts, max_positions)
+    source_positions, target_positions = model.position_tables(max_positions)
     encoder, decoder = spec.encoder, spec.decoder
     encoder.embeddings[0].weight = source_table
     encoder.position_encodings.encodings = source_positions
@@ -280,21 +280,6 @@ def _check_representable(config, tokenizer) -> None:
         raise ValueError(
             "This model cannot be exported to CTranslate2: " + "; ".join(problems)
         )
-
-
-def _position_tables(model, parts, max_positions: int):
-    """(source, target) position tables, one row per position from 0."""
-    if model.config.position_encoding == "learned":
-        return (
-            _numpy(parts.source_position.position_embeddings),
-            _numpy(parts.target_position.position_embeddings),
-        )
-    from keras_transformer.layers import sinusoidal_table
-
-    table = np.asarray(
-        sinusoidal_table(np.arange(max_positions), model.config.d_model), np.float32
-    )
-    return table, table
 
 
 def _numpy(variable) -> np.ndarray:

@@ -32,7 +32,6 @@ from keras_transformer.export.onnx_translator import (
     step_inputs,
     step_outputs,
 )
-from keras_transformer.layers import masks
 
 # Sample sizes to trace with: all different and >= 2, since torch.export
 # takes a dimension of size 0 or 1 for a constant (and two of one size may
@@ -80,11 +79,14 @@ class DecoderStepGraph(keras.layers.Layer):
         position = ops.shape(past[0][0])[2]  # The new token's: the past's length.
         hidden = parts.target_embedding(token_ids)
         hidden = parts.target_position(hidden, start_index=position)
-        self_mask = self._self_attention_mask(token_ids, position)
+        self_mask = self.transformer.step_self_attention_mask(
+            token_ids, position, position + 1
+        )
         rows, sentences = ops.shape(token_ids)[0], ops.shape(source_ids)[0]
         beams = rows // sentences
-        cross_mask = masks.cross_attention_mask(
-            source_ids, ops.ones((sentences, beams), "int32")
+        # The k beams of a sentence are its k query positions (`_cross_attend`).
+        cross_mask = self.transformer.step_cross_attention_mask(
+            source_ids, ops.reshape(token_ids, (sentences, beams))
         )
         new = []
         for block, layer_past, layer_cross in zip(parts.decoder_blocks, past, cross):
@@ -96,19 +98,6 @@ class DecoderStepGraph(keras.layers.Layer):
             )
             new.extend(key_value)
         return (self.transformer.logits(hidden)[:, -1], *new)
-
-    def _self_attention_mask(self, token_ids, position):
-        """The new position sees every past one (and itself), within the
-        attention window if the model has one: `Transformer.decode_step`'s
-        mask over a cache exactly as long as the past."""
-        queries = masks.token_positions(token_ids, offset=position)
-        keys = masks.token_positions(ops.ones((1, position + 1), "int32"))
-        mask = masks.causal_mask(queries, keys)
-        window = self.transformer.config.attention_window
-        if window is not None:
-            local = masks.window_mask(queries, keys, window, causal=True)
-            mask = ops.logical_and(mask, local)
-        return mask
 
 
 def _self_attend(attention, past, mask):

@@ -83,7 +83,7 @@ def export_translator(
         model: A `.keras` file to export instead of the run's final model
             (for example an averaged checkpoint).
         quantize: "int8" to export Keras's int8 weights
-            (`keras_transformer.quantization`); None keeps float32.
+            (`keras_transformer.decoding.quantization`); None keeps float32.
         **changes: `SearchSettings` fields to change (`beam_size=1`).
 
     Returns:
@@ -96,7 +96,7 @@ def export_translator(
         ValueError: The tokenizer does not belong to the model, or the model
             file is damaged.
     """
-    from keras_transformer.quantization import check_quantize_mode
+    from keras_transformer.decoding.quantization import check_quantize_mode
 
     settings = search_settings(settings, **changes)
     check_quantize_mode(quantize, "--quantization")
@@ -128,7 +128,7 @@ def _require_tensorflow() -> None:
 def _export_saved_model(
     run: InferenceRun, out: Path, settings: SearchSettings, quantize: str | None
 ):
-    from keras_transformer.quantization import quantize_model
+    from keras_transformer.decoding.quantization import quantize_model
 
     quantize_model(run.model, quantize, "--quantization")
     write_export(

@@ -93,6 +93,12 @@ def build_model(
     return model
 
 
+def preset_model(name: str, vocab_size: int) -> keras.Model:
+    """The `name` preset's model at `vocab_size`, built but not compiled (what
+    `keras-transformer summary` counts and prints)."""
+    return build_transformer(TransformerConfig.preset(name, vocab_size=vocab_size))
+
+
 @contextlib.contextmanager
 def dtype_policy(name: str):
     previous = keras.config.dtype_policy()

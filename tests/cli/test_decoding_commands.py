@@ -8,7 +8,7 @@ same code on every backend. The computation they drive is checked in every
 suite: `Translator` (order, blank lines, batches) in
 tests/decoding/test_translator.py, compiled against eager search in
 tests/decoding/test_generator.py (which also checks early stopping), int8
-decoding in tests/test_quantization.py, checkpoints in
+decoding in tests/decoding/test_quantization.py, checkpoints in
 tests/run/test_checkpoints.py."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def test_translate_prints_one_line_per_input_line_in_order(run_dir, tmp_path, ca
 
 
 def test_translate_quantize_int8_decodes_with_the_int8_model(run_dir, tmp_path, capsys):
-    from keras_transformer.quantization import quantize_model
+    from keras_transformer.decoding.quantization import quantize_model
 
     source = write_lines(tmp_path / "input.txt", INPUT_LINES)
     argv = ["translate", "--run-dir", str(run_dir), "--input", str(source)]

@@ -8,7 +8,7 @@ searches they drive are checked in every suite: jsonl's details (token
 scores, n-best, alignments) in tests/decoding/test_scoring.py and
 tests/decoding/test_translator.py, seeded sampling in
 tests/decoding/test_sampling.py, an ensemble of a model with itself in
-tests/decoding/test_ensemble.py, int8 in tests/test_quantization.py,
+tests/decoding/test_ensemble.py, int8 in tests/decoding/test_quantization.py,
 constraints, prefixes and unsatisfiable constraints in
 tests/decoding/test_constraints.py."""
 

@@ -119,6 +119,36 @@ def test_translations_equal_translator(engine, translator, name):
 
 
 @torch_only
+def test_a_windowed_model_translates_as_translator(run_dir, tmp_path):
+    """Restricted self-attention (`attention_window`): the step graph's mask
+    over the growing past is `Transformer.step_self_attention_mask`, as in
+    the Keras search over its fixed cache. A window of 2 changes the outputs."""
+    from keras_transformer.export.onnx import export_onnx
+    from keras_transformer.model import build_transformer
+
+    run = copy_run(run_dir, tmp_path / "windowed")
+    full = keras.saving.load_model(run / "model.keras")
+    windowed = build_transformer(full.config.replace(attention_window=2))
+    windowed.set_weights(full.get_weights())
+    windowed.save(run / "model.keras")
+    windowed.config.to_json(run / "config.json")
+    onnx = OnnxTranslator(export_onnx(run, tmp_path / "onnx"), threads=1)
+    loaded = RunDirectory(run).open_for_inference()
+    for settings in (SETTINGS["greedy"], SETTINGS["beam4"]):
+        expected = Translator(loaded.model, loaded.tokenizer, settings).nbest(TEXTS)
+        found = onnx.nbest(TEXTS, settings)
+        assert [[t for t, _ in h] for h in found] == [
+            [t for t, _ in h] for h in expected
+        ]
+    assert onnx.translate(TEXTS, SETTINGS["beam4"]) != translator_outputs(run_dir)
+
+
+def translator_outputs(run_dir: Path) -> list[str]:
+    run = RunDirectory(run_dir).open_for_inference()
+    return Translator(run.model, run.tokenizer, SETTINGS["beam4"]).translate(TEXTS)
+
+
+@torch_only
 def test_unk_is_generated_only_when_allowed(engine):
     onnx = OnnxTranslator(engine.directory, threads=1)
     allowed = onnx.search(TEXTS, SETTINGS["greedy_unk"])

@@ -295,7 +295,7 @@ def test_exported_translate_equals_translator(served, translators, held_out, bea
 
 @tensorflow_suite_only
 def test_an_int8_export_translates_as_the_int8_model(served, held_out, trained_run):
-    from keras_transformer.quantization import quantize_model
+    from keras_transformer.decoding.quantization import quantize_model
 
     sentences = held_out[0][:INT8_SENTENCES]
     result = section(served, "int8")

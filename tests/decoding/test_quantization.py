@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from keras_transformer.config import BOS_ID
-from keras_transformer.layers import ScaledEmbedding
-from keras_transformer.model import build_transformer
-from keras_transformer.quantization import (
+from keras_transformer.decoding.quantization import (
     check_quantize_mode,
     quantize_model,
     quantized_layers,
 )
+from keras_transformer.layers import ScaledEmbedding
+from keras_transformer.model import build_transformer
 from keras_transformer.run.directory import RunDirectory
 from tests.helpers import (
     predict_logits,

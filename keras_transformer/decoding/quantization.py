@@ -9,7 +9,8 @@ run time too (Keras's int8 mode), so the products are int8 by int8; norms,
 biases, softmax and the loss stay float32. The search runs unchanged on the
 quantized model, on every backend (TensorFlow, JAX and torch).
 
-Inference only: a quantized model is not trained, saved or exported here.
+Inference only: a quantized model is decoded or exported (SavedModel), never
+trained or saved as a `.keras` file.
 """
 
 from __future__ import annotations
