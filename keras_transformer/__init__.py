@@ -9,21 +9,16 @@ a command runs, so that `--help` answers without starting Keras.
 
 from __future__ import annotations
 
-import sys
-
 from keras_transformer.registry import register_keras_objects
-from keras_transformer.utils import console, optional_imports
+from keras_transformer.utils import console
 from keras_transformer.utils.lazy import lazy_exports
 from keras_transformer.version import __version__  # noqa: F401 - in __all__
 
 if console.is_command_line():
-    console.quiet_native_start_up()  # Before Keras prints its native start-up.
-    try:  # Without importing the backend: `--help` stays fast.
-        optional_imports.check_backend_installed()
-    except optional_imports.MissingExtraError as _error:
-        # The command's users get the sentence, not a traceback (exit 2: setup).
-        print(f"keras-transformer: error: {_error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    # Before Keras prints its native start-up. A command that starts Keras
+    # checks its backend first (`cli.needs_keras`); the others, and `--help`,
+    # run without one.
+    console.quiet_native_start_up()
 else:
     register_keras_objects()
 

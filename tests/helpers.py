@@ -247,7 +247,7 @@ def ctranslate2_ids(directory, tokenizer, settings, sentences):
     (as `Translator` limits each sentence)."""
     import ctranslate2
 
-    from keras_transformer.export.ctranslate2 import translate_batch_options
+    from keras_transformer.export.reading import translate_batch_options
 
     translator = ctranslate2.Translator(str(directory), intra_threads=1)
     options = translate_batch_options(tokenizer, settings)

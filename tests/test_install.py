@@ -205,25 +205,77 @@ def test_configured_backend_reads_keras_json(tmp_path, monkeypatch):
     assert optional_imports.configured_backend() == "torch"
 
 
+# The command line as a user starts it, with `argv` as its arguments.
+_COMMAND = """
+from keras_transformer.cli import console
+sys.argv[1:] = {argv!r}
+sys.exit(console())
+"""
+
+
 @in_a_fresh_interpreter
 def test_command_line_prints_the_sentence_and_exits_2():
     result = _python(
-        "import keras_transformer",
+        _COMMAND.format(argv=["summary", "tiny"]),
         hide=["jax"],
         argv0="keras-transformer",
         KERAS_BACKEND="jax",
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert "keras-transformer: error: KERAS_BACKEND=jax" in result.stderr
+    assert "keras-transformer summary: error: KERAS_BACKEND=jax" in result.stderr
     assert "pip install -e '.[jax]'" in result.stderr
+
+
+@in_a_fresh_interpreter
+def test_what_needs_no_keras_runs_without_a_backend(tmp_path):
+    """A deployment installs [serve,onnx] and no backend: `--help`,
+    `translate --onnx` and serving an ONNX or CTranslate2 export alone start
+    no Keras (the commands that do name the missing extra, above)."""
+    result = _python(
+        _COMMAND.format(argv=["translate", "--help"]),
+        hide=["jax", "tensorflow", "torch"],
+        argv0="keras-transformer",
+        KERAS_BACKEND="jax",
+    )
+    assert result.returncode == 0 and "--onnx" in result.stdout
+    result = _python(
+        _COMMAND.format(argv=["translate", "--onnx", str(tmp_path)]),
+        hide=["jax", "tensorflow", "torch", "keras"],
+        argv0="keras-transformer",
+        KERAS_BACKEND="jax",
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{tmp_path}" in result.stderr and "KERAS_BACKEND" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["translate", "--onnx", "X"], False),
+        (["translate", "--run-dir", "R"], True),
+        (["prepare"], False),
+        (["serve", "--engine", "onnx", "--export-dir", "X"], False),
+        (["serve", "--engine", "ctranslate2", "--export-dir", "X"], False),
+        (["serve", "--engine", "onnx", "--export-dir", "X", "--run-dir", "R"], True),
+        (["serve", "--engine", "savedmodel", "--export-dir", "X"], True),
+        (["serve", "--run-dir", "R"], True),
+        (["summary"], True),
+    ],
+)
+def test_which_commands_start_keras(argv, expected):
+    from keras_transformer.cli import build_parser, needs_keras
+
+    assert needs_keras(build_parser().parse_args(argv)) is expected
 
 
 @in_a_fresh_interpreter
 @pytest.mark.parametrize("backend", ["mxnet", "numpy"])
 def test_a_backend_we_do_not_run_on_is_named_with_the_ones_we_do(backend):
     result = _python(
-        "import keras_transformer", argv0="keras-transformer", KERAS_BACKEND=backend
+        _COMMAND.format(argv=["summary", "tiny"]),
+        argv0="keras-transformer",
+        KERAS_BACKEND=backend,
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from keras_transformer.cli.parser import build_parser, parse_overrides
+from keras_transformer.utils import optional_imports
 from keras_transformer.utils.atomic_files import WriteFailed
 from keras_transformer.utils.console import EXIT_WRITE_FAILED, quiet_native_start_up
 
@@ -17,6 +19,8 @@ __all__ = ["build_parser", "console", "main", "parse_overrides"]
 
 # Commands that never load a model: they do not start Keras.
 _WITHOUT_KERAS = ("prepare",)
+# Engines that serve an export without Keras.
+_ENGINES_WITHOUT_KERAS = ("onnx", "ctranslate2")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:  # `keras-transformer` alone trains the default.
         args = parser.parse_args(["train", *(argv or [])])
     try:
-        if not getattr(args, "onnx", None):  # translate --onnx: no Keras.
+        if needs_keras(args):
             _start_keras(args.command)
         from keras_transformer.cli.commands import RUNS
 
@@ -39,12 +43,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def needs_keras(args: argparse.Namespace) -> bool:
+    """Whether the command starts Keras (and so needs a backend installed):
+    not `prepare`, `translate --onnx`, nor `serve --engine onnx|ctranslate2
+    --export-dir X` without a run or preset, which is what a deployment
+    installs without any backend (deploy/install.sh: the [serve,onnx] extras)."""
+    if args.command in _WITHOUT_KERAS or getattr(args, "onnx", None):
+        return False
+    if args.command == "serve":
+        alone = args.export_dir and not (args.run_dir or args.preset)
+        return not (alone and args.engine in _ENGINES_WITHOUT_KERAS)
+    return True
+
+
 def _start_keras(command: str) -> None:
-    """The compilation caches, and a word about GPUs the backend does not
-    use. (The model's classes are registered with Keras where a `.keras`
-    file is opened: `run.directory`, `run.averaging`.)"""
-    if command in _WITHOUT_KERAS:
-        return
+    """A missing backend named with the extra that installs it; the
+    compilation caches, and a word about GPUs the backend does not use.
+    (The model's classes are registered with Keras where a `.keras` file is
+    opened: `run.directory`, `run.averaging`.)"""
+    optional_imports.check_backend_installed()
     if command in ("train", "translate", "evaluate", "serve", "parse"):
         from keras_transformer.decoding.compile import enable_compilation_cache
 

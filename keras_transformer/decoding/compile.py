@@ -22,10 +22,12 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-
-import keras
+from typing import TYPE_CHECKING
 
 from keras_transformer.utils.user_cache import user_cache_root
+
+if TYPE_CHECKING:
+    import keras
 
 # Programs that took less than this to compile are not worth a disk read.
 _CACHE_MIN_COMPILE_SECONDS = 0.5
@@ -100,6 +102,8 @@ def compile_function(fn: Callable, model: keras.Model) -> Callable:
 
     Each distinct input shape compiles once; keep shapes in a small fixed set.
     """
+    import keras  # Here: the server's counters need no Keras (ONNX, CTranslate2).
+
     backend = keras.backend.backend()
     if backend in ("tensorflow", "jax"):
         fn = _counting(fn)
@@ -177,6 +181,8 @@ def enable_compilation_cache(
     Returns:
         The cache directory in use, or None (other backends, or off).
     """
+    import keras  # Here: the server's counters need no Keras (ONNX, CTranslate2).
+
     backend = keras.backend.backend()
     if backend == "jax":
         return _enable_jax_cache(directory)

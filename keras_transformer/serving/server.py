@@ -185,17 +185,25 @@ def serve(
     return 0
 
 
-def _open(run_dir, model, settings, options, server, allowed, scratch):
-    """The engine, its batcher and metrics, as the application's `Serving`."""
+def _keras_backend(engine: str) -> str:
+    """Keras's backend for the Keras engine; "" for the others, which an
+    install without any backend serves (Keras is not imported for them)."""
+    if engine != "keras":
+        return ""
     import keras
 
+    return keras.backend.backend()
+
+
+def _open(run_dir, model, settings, options, server, allowed, scratch):
+    """The engine, its batcher and metrics, as the application's `Serving`."""
     from keras_transformer.serving.app import Serving
     from keras_transformer.serving.batcher import Batcher
     from keras_transformer.serving.engines.selection import open_engine
     from keras_transformer.serving.observability import ServerMetrics
 
     name = server.engine
-    workers = decode_workers(name, options.workers, keras.backend.backend())
+    workers = decode_workers(name, options.workers, _keras_backend(name))
     batch_size = options.max_batch_size or default_batch_size(name)
     engine = open_engine(
         name,

@@ -21,11 +21,8 @@ from keras_transformer.decoding import scoring
 from keras_transformer.decoding.sampling import SamplingSettings
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import Translator
-from keras_transformer.export.ctranslate2 import (
-    build_spec,
-    export_ctranslate2,
-    translate_batch_options,
-)
+from keras_transformer.export.ctranslate2 import build_spec, export_ctranslate2
+from keras_transformer.export.reading import translate_batch_options
 from keras_transformer.model import build_transformer
 from keras_transformer.run.directory import RunDirectory
 from tests.helpers import (

@@ -245,8 +245,11 @@ def test_cli_translate_onnx_equals_translate_and_imports_no_keras(
 @torch_only
 @pytest.mark.slow
 def test_served_translations_equal_translate(engine, run_dir, translator, tmp_path):
-    args = ["--run-dir", str(run_dir), "--engine", "onnx"]
-    args += ["--export-dir", str(engine.directory), "--warmup-tokens", "16"]
+    """The export is served alone, copied away from its run (issue 53: an
+    operator ships the export directory only)."""
+    alone = tmp_path / "shipped" / "onnx"
+    shutil.copytree(engine.directory, alone)
+    args = ["--engine", "onnx", "--export-dir", str(alone), "--warmup-tokens", "16"]
     args += ["--max-extra-length", str(EXTRA), "--allowed-beam-sizes", "1,4"]
     args += ["--workers", "2"]  # Batches side by side, on one pair of sessions.
     server = ServerProcess(args, tmp_path / "server.log")

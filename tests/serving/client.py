@@ -35,7 +35,8 @@ class Response:
 class ServerProcess:
     """`keras-transformer serve ARGS --port 0`, ready once /readyz answers
     200 (`wait_ready=False`: once it listens); its stderr goes to `log`
-    (read it when a test fails); `backend` sets the server's KERAS_BACKEND."""
+    (read it when a test fails); `backend` sets the server's KERAS_BACKEND;
+    `python`: another interpreter, which runs the package it has installed."""
 
     def __init__(
         self,
@@ -44,9 +45,12 @@ class ServerProcess:
         timeout: float = 600,
         wait_ready: bool = True,
         backend: str | None = None,
+        python: str | None = None,
     ):
-        command = [sys.executable, "-m", "keras_transformer", "serve", *args]
+        command = [python or sys.executable, "-m", "keras_transformer", "serve", *args]
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        if python:  # Another interpreter runs the package it has installed.
+            del env["PYTHONPATH"]
         if backend:  # The server's own, not the suite's.
             env["KERAS_BACKEND"] = backend
         self.log = log

@@ -4,6 +4,7 @@ at export) against the Keras engine on the same run."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
 
 import pytest
 
@@ -51,13 +52,14 @@ def test_savedmodel_engine_translates_as_the_keras_engine(run_dir, tmp_path):
     assert caught.value.field == "beam_size"
     assert "exported with beam_size=2" in caught.value.message
     saved.check_settings(SETTINGS)
-    # The export again, from --export-dir: flags left at their defaults
-    # take its settings; one that disagrees is refused before serving.
-    directory = tmp_path / "savedmodel"
-    again = engine(
-        "savedmodel", run_dir, tmp_path, SearchSettings(), export_dir=directory
-    )
+    # The export again, from --export-dir, copied away and opened without
+    # its run (issue 53): flags left at their defaults take its settings;
+    # one that disagrees is refused before serving.
+    directory = tmp_path / "shipped" / "savedmodel"
+    shutil.copytree(tmp_path / "savedmodel", directory)
+    again = engine("savedmodel", None, tmp_path, SearchSettings(), export_dir=directory)
     assert again.settings == SETTINGS
+    assert again.translate(TEXTS, SETTINGS) == theirs
     with pytest.raises(ValueError, match="--alpha 0.3: .* exported with alpha=0.6"):
         engine(
             "savedmodel",

@@ -14,7 +14,11 @@ import numpy as np
 
 from keras_transformer.decoding.batching import real_hypotheses
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.export.reading import read_export_info, read_export_tokenizer
+from keras_transformer.export.reading import (
+    read_export_info,
+    read_export_tokenizer,
+    translate_batch_options,
+)
 from keras_transformer.serving.engines.base import Engine, Hypotheses
 
 
@@ -75,8 +79,6 @@ class CTranslate2Engine(Engine):
         """[(ids per hypothesis, scores)] per source, EOS included."""
         if not sources:
             return []
-        from keras_transformer.export.ctranslate2 import translate_batch_options
-
         pieces = [[self.tokenizer.id_to_piece(i) for i in ids] for ids in sources]
         results = self.translator.translate_batch(
             pieces,

@@ -6,14 +6,13 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from keras_transformer.decoding.opening import open_model
 from keras_transformer.decoding.settings import SearchSettings, WeightOptions
 from keras_transformer.serving.engines.base import Engine
-from keras_transformer.serving.engines.ctranslate2_engine import CTranslate2Engine
-from keras_transformer.serving.engines.keras_engine import KerasEngine
-from keras_transformer.serving.engines.onnx_engine import OnnxEngine
-from keras_transformer.serving.engines.savedmodel_engine import SavedModelEngine
 from keras_transformer.serving.options import ENGINES, QUANTIZING_ENGINES
+
+# Each engine's module is imported when it is chosen: the ONNX and
+# CTranslate2 engines serve an export on an install without any Keras
+# backend (`cli.needs_keras`), and the Keras engine's modules import Keras.
 
 
 def open_engine(
@@ -51,6 +50,9 @@ def open_engine(
             f"--ensemble needs --engine keras; --engine {name} runs one export."
         )
     if name == "keras":
+        from keras_transformer.decoding.opening import open_model
+        from keras_transformer.serving.engines.keras_engine import KerasEngine
+
         if export_dir is not None:
             raise ValueError(
                 "--export-dir is for --engine ctranslate2, savedmodel or onnx."
@@ -68,9 +70,17 @@ def open_engine(
     elif model is not None:
         raise ValueError("--model and --export-dir both name the weights: pass one.")
     if name == "ctranslate2":
+        from keras_transformer.serving.engines.ctranslate2_engine import (
+            CTranslate2Engine,
+        )
+
         return CTranslate2Engine(Path(export_dir), settings, threads, workers, quantize)
     if name == "onnx":
+        from keras_transformer.serving.engines.onnx_engine import OnnxEngine
+
         return OnnxEngine(Path(export_dir), settings, threads, batch_size)
+    from keras_transformer.serving.engines.savedmodel_engine import SavedModelEngine
+
     return SavedModelEngine(Path(export_dir), settings)
 
 
