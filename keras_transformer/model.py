@@ -175,6 +175,14 @@ class TokenLossLogs:
         return with_token_loss(super().get_metrics_result())
 
 
+def takes_int8(layer: keras.layers.Layer) -> bool:
+    """Whether `layer` of a `Transformer` gets int8 weights under
+    `--quantize int8` (`decoding.quantization`): every projection (`Dense`)
+    and the shared embedding, which is the output projection too; learned
+    positions, norms and biases stay float32."""
+    return isinstance(layer, (keras.layers.Dense, ScaledEmbedding))
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Transformer(TokenLossLogs, keras.Model):
     """Encoder-decoder Transformer of Vaswani et al. 2017 (Figure 1).

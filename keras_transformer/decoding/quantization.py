@@ -33,14 +33,6 @@ def check_quantize_mode(mode: str | None, flag: str = "--quantize") -> None:
         )
 
 
-def _quantizable(layer) -> bool:
-    import keras
-
-    from keras_transformer.layers import ScaledEmbedding
-
-    return isinstance(layer, (keras.layers.Dense, ScaledEmbedding))
-
-
 def quantize_model(model, mode: str | None, flag: str = "--quantize"):
     """Quantize `model`'s projections and embeddings in place to `mode`
     (see the module docstring); None leaves it as it is. Returns `model`.
@@ -48,6 +40,8 @@ def quantize_model(model, mode: str | None, flag: str = "--quantize"):
     check_quantize_mode(mode, flag)
     if mode is None:
         return model
+    from keras_transformer.model import takes_int8  # Keras: only when quantizing.
+
     if model.dtype_policy.name != "float32":
         raise ValueError(
             f"{flag} {mode} needs a float32 model; this one computes in "
@@ -56,7 +50,7 @@ def quantize_model(model, mode: str | None, flag: str = "--quantize"):
     with warnings.catch_warnings(), _one_garbage_collection():
         # NumPy 2 warns once per layer about Keras's __array__ (harmless).
         warnings.filterwarnings("ignore", message=r".*__array__ implementation.*")
-        model.quantize(mode, filters=_quantizable)
+        model.quantize(mode, filters=takes_int8)
     return model
 
 
