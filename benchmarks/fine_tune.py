@@ -1,17 +1,21 @@
-"""LoRA against full fine-tuning on a domain shift, the same number of updates.
+"""LoRA against full fine-tuning on a domain shift, at several learning rates.
 
-Starts from a trained run (`--init-from`, e.g. a `small` Multi30k model),
+Starts from a trained run (`--init-from`, e.g. a `small` Multi30k model) and
 fine-tunes it on a new corpus (`--dataset`, default the built-in one) with
-`--lora-rank R` and with full fine-tuning, `--steps` updates each, one
-after the other (`keras-transformer train` in a child process under
-`/usr/bin/time`, for its peak memory). Then each result is scored on the
-new domain's test split (what `train` prints at its end) and on the old
-domain's test files (`--old-src`, `--old-ref`: forgetting), with greedy
-search. Prints trainable parameters, seconds per update, peak RSS and the
-BLEU figures as a table.
+`--lora-rank R` at each of `--lora-rates` and fully at each of
+`--full-rates` (peaks of the fine-tuning schedule), `--steps` updates each,
+one after the other (`keras-transformer train` in a child process under
+`/usr/bin/time`, for its peak memory); `--paper` adds one run of each under
+the paper's schedule restarted at step 0 (what a fine-tune used before).
+Each result is scored with greedy search on the new domain's test split
+(what `train` prints at its end) and on the old domain: the start run's own
+test split (`evaluate --split test` with the fine-tuned model), or
+`--old-src`/`--old-ref`. Prints trainable parameters, seconds per update,
+peak RSS and BLEU as a table, and LoRA's best gain on the new domain as a
+share of full fine-tuning's.
 
     python benchmarks/fine_tune.py --init-from RUN --out DIR \\
-        --old-src test.en.gz --old-ref test.de.gz [--steps 300 --rank 8]
+        [--steps 200 --rank 8 --lora-rates 3e-4,1e-3,3e-3 --paper]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -80,71 +85,135 @@ def _trainable(log: str) -> str:
     return f"{found.group(2)} of {found.group(1)}"
 
 
-def old_domain_bleu(args: argparse.Namespace, run_dir: str) -> float:
-    command = [
-        *CLI,
-        "evaluate",
-        "--run-dir",
-        run_dir,
-        "--beam-size",
-        "1",
-        "--src",
-        args.old_src,
-        "--ref",
-        args.old_ref,
-    ]
+def greedy_bleu(run_dir: str, model: str | None, files=None) -> float:
+    """sacreBLEU of `model` (default: the run's) on the run's test split, or
+    on `files` (source, reference)."""
+    command = [*CLI, "evaluate", "--run-dir", run_dir, "--beam-size", "1"]
+    if model is not None:
+        command += ["--model", model]
+    if files is None:
+        command += ["--split", "test"]
+    else:
+        command += ["--src", files[0], "--ref", files[1]]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return float(re.search(r"sacreBLEU ([\d.]+)", done.stdout).group(1))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--init-from", required=True)
-    parser.add_argument("--out", required=True, help="where the two runs go")
-    parser.add_argument("--dataset", default="builtin")
-    parser.add_argument("--old-src", required=True)
-    parser.add_argument("--old-ref", required=True)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--rank", type=int, default=8)
-    parser.add_argument(
-        "--train-args",
-        default="--set warmup_steps=100 --learning-rate-scale 0.4",
-        help="train flags both fine-tunes take (default: a short warmup)",
-    )
-    parser.add_argument("--write", action="store_true", help="docs/benchmarks*.md")
-    args = parser.parse_args()
-    rows = {
-        "start (no fine-tuning)": {
-            "new_bleu": None,
-            "old_bleu": old_domain_bleu(args, args.init_from),
-        }
-    }
-    for name, extra in (
-        (f"LoRA rank {args.rank}", ["--lora-rank", str(args.rank)]),
-        ("full fine-tuning", []),
-    ):
-        row = fine_tune(args, name.split()[0].lower(), extra)
-        row["old_bleu"] = old_domain_bleu(args, row["run_dir"])
-        rows[name] = row
-        print(name, row, flush=True)
+def old_domain_bleu(args: argparse.Namespace, model: str | None) -> float:
+    files = (args.old_src, args.old_ref) if args.old_src else None
+    return greedy_bleu(args.init_from, model, files)
+
+
+def contenders(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
+    """(row name, run directory name, train flags) of every fine-tune."""
+    lora = ["--lora-rank", str(args.rank)]
+    runs = [
+        (f"LoRA rank {args.rank}, peak {rate:g}", f"lora-{rate:g}",
+         [*lora, "--learning-rate", f"{rate:g}"])
+        for rate in args.lora_rates
+    ] + [
+        (f"full, peak {rate:g}", f"full-{rate:g}", ["--learning-rate", f"{rate:g}"])
+        for rate in args.full_rates
+    ]  # fmt: skip
+    if args.paper:
+        paper = ["--fine-tune-schedule", "paper", *PAPER_FLAGS.split()]
+        runs += [
+            (f"LoRA rank {args.rank}, paper's schedule", "lora-paper", [*lora, *paper]),
+            ("full, paper's schedule", "full-paper", paper),
+        ]
+    return runs
+
+
+# The earlier table's schedule: the paper's, warmup 100, scale 0.4.
+PAPER_FLAGS = "--set warmup_steps=100 --learning-rate-scale 0.4"
+
+
+def _rates(text: str) -> list[float]:
+    return [float(rate) for rate in text.split(",") if rate]
+
+
+def table(rows: dict[str, dict]) -> list[str]:
     lines = [
         "| model | trainable parameters | s / update | peak RSS (GB) | new domain "
         "BLEU | old domain BLEU |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, row in rows.items():
-        new = "" if row["new_bleu"] is None else f"{row['new_bleu']:.2f}"
         if "trainable" not in row:
-            lines.append(f"| {name} | | | | {new} | {row['old_bleu']:.2f} |")
+            lines.append(
+                f"| {name} | | | | {row['new_bleu']:.2f} | {row['old_bleu']:.2f} |"
+            )
             continue
         lines.append(
             f"| {name} | {row['trainable']} | {row['seconds_per_update']:.2f} | "
-            f"{row['peak_gb']:.2f} | {new} | {row['old_bleu']:.2f} |"
+            f"{row['peak_gb']:.2f} | {row['new_bleu']:.2f} | {row['old_bleu']:.2f} |"
         )
+    return lines
+
+
+def gain_line(rows: dict[str, dict]) -> str:
+    """LoRA's best new-domain gain over the start, as a share of full's."""
+    start = rows["start (no fine-tuning)"]["new_bleu"]
+    best = {}
+    for kind in ("LoRA", "full"):
+        scores = [
+            (row["new_bleu"], name)
+            for name, row in rows.items()
+            if name.startswith(kind) and "paper" not in name
+        ]
+        if scores:
+            best[kind] = max(scores)
+    if len(best) < 2:
+        return ""
+    (lora, lora_name), (full, full_name) = best["LoRA"], best["full"]
+    share = (lora - start) / (full - start) if full != start else float("nan")
+    return (
+        f"Best of each: {lora_name} gains {lora - start:+.2f} BLEU on the new "
+        f"domain, {full_name} {full - start:+.2f}: LoRA reaches {share:.0%} of "
+        "full fine-tuning's gain."
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--init-from", required=True)
+    parser.add_argument("--out", required=True, help="where the runs go")
+    parser.add_argument("--dataset", default="builtin")
+    parser.add_argument("--old-src", help="old domain's test sources (default: "
+                        "the start run's test split)")  # fmt: skip
+    parser.add_argument("--old-ref")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--rank", type=int, default=8)
+    parser.add_argument("--lora-rates", type=_rates, default="3e-4,1e-3,3e-3")
+    parser.add_argument("--full-rates", type=_rates, default="3e-5,1e-4,3e-4")
+    parser.add_argument("--paper", action="store_true",
+                        help=f"also the paper's schedule ({PAPER_FLAGS})")  # fmt: skip
+    parser.add_argument("--train-args", default="", help="more train flags for all")
+    parser.add_argument("--write", action="store_true", help="docs/benchmarks*.md")
+    args = parser.parse_args()
+    if bool(args.old_src) != bool(args.old_ref):
+        parser.error("--old-src and --old-ref go together")
+    start_model = str(Path(args.init_from) / "model.keras")
+    rows = {}
+    for name, directory, extra in contenders(args):
+        row = fine_tune(args, directory, extra)
+        row["old_bleu"] = old_domain_bleu(
+            args, str(Path(row["run_dir"]) / "model.keras")
+        )
+        if not rows:  # The start on the new domain's test split (the same store).
+            rows["start (no fine-tuning)"] = {
+                "new_bleu": greedy_bleu(row["run_dir"], start_model),
+                "old_bleu": old_domain_bleu(args, None),
+            }
+        rows[name] = row
+        print(name, row, flush=True)
     text = (
         f"{machine_line()}\n\n`python benchmarks/fine_tune.py "
-        f"{' '.join(sys.argv[1:])}` ({args.steps} updates each, greedy "
-        "search for both test sets):\n\n" + "\n".join(lines)
+        f"{shlex.join(sys.argv[1:])}` ({args.steps} updates each, greedy "
+        "search for both test sets):\n\n"
+        + "\n".join(table(rows))
+        + "\n\n"
+        + gain_line(rows)
     )
     print(text)
     if args.write:

@@ -1,4 +1,4 @@
-"""TransformerSchedule and transformer_optimizer (§5.3)."""
+"""TransformerSchedule and transformer_optimizer (§5.3); FineTuneSchedule."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
+from keras_transformer.schedules import (
+    FineTuneSchedule,
+    TransformerSchedule,
+    transformer_optimizer,
+)
 
 
 def closed_form(step, d_model, warmup, scale=1.0):
@@ -190,3 +194,64 @@ def test_learning_rate_changes_during_fit():
     np.testing.assert_allclose(
         moves, [closed_form(i, 16, 100) for i in range(5)], rtol=1e-3
     )
+
+
+# --- FineTuneSchedule ---------------------------------------------------------
+
+
+def fine_tune_closed_form(step, peak, warmup, total=None):
+    """Linear warmup to `peak` at update `warmup`, then linear decay to
+    peak / (total + 1 - warmup) at update `total` and 0 after (update =
+    step + 1); constant without `total`."""
+    update = step + 1
+    if update < warmup:
+        return peak * update / warmup
+    if total is None:
+        return peak
+    return peak * max(total + 1 - update, 0) / (total + 1 - warmup)
+
+
+FINE_TUNE_STEPS = [0, 1, 8, 9, 10, 50, 98, 99, 100, 150]
+
+
+@pytest.mark.parametrize("total", [None, 100])
+def test_fine_tune_schedule_matches_its_closed_form(total):
+    schedule = FineTuneSchedule(3e-4, warmup_steps=10, total_steps=total)
+    for step in FINE_TUNE_STEPS:
+        expected = fine_tune_closed_form(step, 3e-4, 10, total)
+        assert value(schedule, step) == pytest.approx(expected, rel=1e-5, abs=1e-12)
+    assert value(schedule, 9) == pytest.approx(schedule.peak()) == 3e-4
+    if total is not None:  # The last update still moves; none after it.
+        assert value(schedule, total - 1) > 0 and value(schedule, total) == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        (dict(peak=0.0, warmup_steps=5), "peak"),
+        (dict(peak="1e-3", warmup_steps=5), "peak"),
+        (dict(peak=1e-3, warmup_steps=0), "warmup_steps"),
+        (dict(peak=1e-3, warmup_steps=2.5), "warmup_steps"),
+        (dict(peak=1e-3, warmup_steps=5, total_steps=4), "total_steps"),
+        (dict(peak=1e-3, warmup_steps=5, total_steps=True), "total_steps"),
+    ],
+)
+def test_fine_tune_schedule_errors_name_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        FineTuneSchedule(**kwargs)
+
+
+def test_fine_tune_schedule_round_trips_through_a_keras_file(tmp_path):
+    schedule = FineTuneSchedule(1e-3, warmup_steps=2, total_steps=20)
+    assert schedule.get_config() == {"peak": 1e-3, "warmup_steps": 2, "total_steps": 20}
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=transformer_optimizer(schedule), loss="mse")
+    x, y = np.ones((4, 3), "float32"), np.ones((4, 2), "float32")
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    restored = loaded.optimizer._learning_rate
+    assert isinstance(restored, FineTuneSchedule)
+    assert restored.get_config() == schedule.get_config()
+    rate = float(keras.ops.convert_to_numpy(loaded.optimizer.learning_rate))
+    assert rate == pytest.approx(fine_tune_closed_form(2, 1e-3, 2, 20), rel=1e-5)

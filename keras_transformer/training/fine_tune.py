@@ -17,10 +17,14 @@ A LoRA layer's checkpoint state is `run.checkpoints`'s (`lora_state`): Keras
 saves merged kernels only. The final model is `merged_model`: a plain
 `Transformer` with the factors merged, so everything downstream is unchanged.
 
-Warmup: a fine-tune starts a fresh Adam (the trained run's moments are not
-carried over, and a LoRA run's variables are new), so its schedule restarts
-at step 0 with the model's `warmup_steps`: the first updates, whose second
-moments are still estimates from a few batches, stay small.
+The rate: a fine-tune starts a fresh Adam (the trained run's moments are
+not carried over, and a LoRA run's variables are new), under its own
+schedule (`schedules.FineTuneSchedule`, chosen in `model_setup`): a short
+linear warmup, while the second moments are estimates from a few batches,
+to a peak ten times higher for LoRA than for full fine-tuning
+(`options.FINE_TUNE_PEAKS`), then a linear decay to the last update. The
+paper's schedule restarted at step 0 (`--fine-tune-schedule paper`) is far
+too slow for that: LoRA learned almost nothing under it.
 """
 
 from __future__ import annotations

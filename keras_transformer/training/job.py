@@ -59,6 +59,7 @@ from keras_transformer.training.memory import (
 from keras_transformer.training.model_setup import (
     build_model,
     dtype_policy,
+    fine_tune_schedule,
     model_config,
 )
 from keras_transformer.training.options import TrainOptions, lora_target_names
@@ -120,6 +121,11 @@ def run_identity(
             "alpha": float(options.lora_alpha or options.lora_rank),
             "targets": sorted(lora_target_names(options.lora_targets)),
         }
+        schedule = fine_tune_schedule(options)
+        # The paper's is implied, as in fine-tunes from before the option
+        # (they resume with --fine-tune-schedule paper).
+        if schedule is not None:
+            identity["schedule"] = schedule.get_config()
     return json.loads(json.dumps(identity))
 
 

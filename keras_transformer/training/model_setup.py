@@ -20,9 +20,17 @@ from keras_transformer.metrics import (
     TokenPerplexity,
 )
 from keras_transformer.model import build_transformer
-from keras_transformer.schedules import TransformerSchedule, transformer_optimizer
+from keras_transformer.schedules import (
+    FineTuneSchedule,
+    TransformerSchedule,
+    transformer_optimizer,
+)
 from keras_transformer.training.distribution import DistributionPlan
-from keras_transformer.training.options import TrainOptions
+from keras_transformer.training.options import (
+    TrainOptions,
+    fine_tune_peak,
+    fine_tune_warmup,
+)
 
 
 def model_config(options: TrainOptions, tokenizer) -> TransformerConfig:
@@ -45,22 +53,40 @@ def compile_model(
     `compile_options` go to `model.compile` (for example `jit_compile=True`
     for XLA on TensorFlow, or `metrics=None` for the loss alone)."""
     paper = paper_compile_arguments(
-        config, options.learning_rate_scale, options.accumulation_steps
+        config,
+        options.learning_rate_scale,
+        options.accumulation_steps,
+        schedule=fine_tune_schedule(options),
     )
     model.compile(**{**paper, **compile_options})
+
+
+def fine_tune_schedule(options: TrainOptions) -> FineTuneSchedule | None:
+    """A fine-tune's own schedule (`--fine-tune-schedule`), or None where
+    the paper's applies: training from scratch, or `paper` asked for."""
+    if options.init_from is None or options.fine_tune_schedule == "paper":
+        return None
+    linear = options.fine_tune_schedule == "linear"
+    return FineTuneSchedule(
+        fine_tune_peak(options),
+        fine_tune_warmup(options),
+        options.max_steps if linear else None,
+    )
 
 
 def paper_compile_arguments(
     config: TransformerConfig,
     learning_rate_scale: float = 1.0,
     accumulation_steps: int = 1,
+    schedule: keras.optimizers.schedules.LearningRateSchedule | None = None,
 ) -> dict[str, Any]:
     """The paper's `optimizer` (Adam(0.9, 0.98, 1e-9) with the warmup
-    schedule), label-smoothed `loss` and the per-token `metrics`, as
-    `model.compile` arguments."""
-    schedule = TransformerSchedule(
-        config.d_model, config.warmup_steps, scale=learning_rate_scale
-    )
+    schedule, or `schedule` in its place), label-smoothed `loss` and the
+    per-token `metrics`, as `model.compile` arguments."""
+    if schedule is None:
+        schedule = TransformerSchedule(
+            config.d_model, config.warmup_steps, scale=learning_rate_scale
+        )
     return {
         "optimizer": transformer_optimizer(
             schedule, gradient_accumulation_steps=accumulation_steps

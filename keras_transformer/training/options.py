@@ -47,6 +47,18 @@ FINE_TUNE_FIELDS = (
 )
 # The projections `--lora-targets` chooses from (`training.fine_tune`).
 LORA_TARGETS = ("query", "key", "value", "output", "feed_forward")
+# `--fine-tune-schedule` (`schedules.FineTuneSchedule`, or the paper's).
+FINE_TUNE_SCHEDULES = ("linear", "constant", "paper")
+# The peak rates a fine-tune uses without --learning-rate, from
+# benchmarks/fine_tune.py's sweep (docs/benchmarks-fine-tuning.md): LoRA
+# needs a far higher rate than full fine-tuning to learn as much, and
+# higher rates learn more of a new domain and forget more of the old
+# (docs/fine-tuning.md): these sit in the middle of what was measured.
+FINE_TUNE_PEAKS = {"full": 3e-4, "lora": 3e-3}
+# Warmup: this share of --max-steps (or FINE_TUNE_WARMUP_UPDATES without it),
+# unless --set warmup_steps=N says how many.
+FINE_TUNE_WARMUP_SHARE = 0.05
+FINE_TUNE_WARMUP_UPDATES = 100
 
 
 @dataclasses.dataclass
@@ -132,9 +144,25 @@ class TrainOptions:
         None,
         "fine-tune: start from this trained run directory or preset directory "
         "(its sizes, weights and tokenizer; the data is encoded with that "
-        "tokenizer). A fresh Adam restarts the warmup schedule at step 0 with "
-        "the model's warmup_steps (--set warmup_steps=N to change it): new "
-        "optimizer moments need the small first steps again",
+        "tokenizer). A fresh Adam starts --fine-tune-schedule at step 0: new "
+        "optimizer moments need small first steps again",
+    )
+    fine_tune_schedule: str = setting(
+        "linear",
+        "with --init-from: linear warmup over 5 percent of --max-steps (--set "
+        "warmup_steps=N to choose), then a linear decay to the last update "
+        "(linear; constant without --max-steps), or a constant rate (constant), "
+        "both peaking at --learning-rate; or the paper's schedule restarted at "
+        "step 0 (paper)",
+        choices=FINE_TUNE_SCHEDULES,
+    )
+    learning_rate: float | None = setting(
+        None,
+        "with --init-from: the fine-tuning schedule's peak learning rate; "
+        f"none: {FINE_TUNE_PEAKS['full']:g} for full fine-tuning, "
+        f"{FINE_TUNE_PEAKS['lora']:g} with --lora-rank",
+        minimum=0,
+        strict=True,
     )
     lora_rank: int | None = setting(
         None,
@@ -192,13 +220,63 @@ def lora_target_names(text: str) -> tuple[str, ...]:
     return names
 
 
+_FINE_TUNE_ONLY = (
+    "lora_rank",
+    "lora_alpha",
+    "lora_targets",
+    "fine_tune_schedule",
+    "learning_rate",
+)
+
+
+def _check_fine_tune_rate(options: TrainOptions) -> None:
+    """One knob for a fine-tune's rate: --learning-rate for its own
+    schedule, --learning-rate-scale for the paper's."""
+    if options.fine_tune_schedule == "paper":
+        if options.learning_rate is not None:
+            raise ValueError(
+                f"--learning-rate {options.learning_rate:g} is the peak of the "
+                "fine-tuning schedule; --fine-tune-schedule paper is scaled by "
+                "--learning-rate-scale instead."
+            )
+    elif options.learning_rate_scale != 1.0:
+        raise ValueError(
+            f"--learning-rate-scale {options.learning_rate_scale:g} multiplies the "
+            "paper's schedule; a fine-tune's "
+            f"--fine-tune-schedule {options.fine_tune_schedule} peaks at "
+            "--learning-rate: set that instead (or --fine-tune-schedule paper)."
+        )
+
+
+def fine_tune_peak(options: TrainOptions) -> float:
+    """The fine-tuning schedule's peak: --learning-rate, else the default
+    for LoRA or full fine-tuning (`FINE_TUNE_PEAKS`)."""
+    if options.learning_rate is not None:
+        return options.learning_rate
+    return FINE_TUNE_PEAKS["full" if options.lora_rank is None else "lora"]
+
+
+def fine_tune_warmup(options: TrainOptions) -> int:
+    """Warmup updates of the fine-tuning schedule: --set warmup_steps=N, else
+    `FINE_TUNE_WARMUP_SHARE` of --max-steps (at least 1), else
+    `FINE_TUNE_WARMUP_UPDATES`. The trained model's own warmup_steps (the
+    paper's 4,000) is not used: that is a whole training run's warmup."""
+    if "warmup_steps" in options.overrides:
+        warmup = int(options.overrides["warmup_steps"])
+    elif options.max_steps is None:
+        warmup = FINE_TUNE_WARMUP_UPDATES
+    else:
+        warmup = max(1, round(FINE_TUNE_WARMUP_SHARE * options.max_steps))
+    return warmup if options.max_steps is None else min(warmup, options.max_steps)
+
+
 def _check_fine_tune(options: TrainOptions) -> None:
     """`--init-from` takes the model's sizes and tokenizer from the trained
     model: refuse the flags that would choose them, and LoRA without it."""
     lora_target_names(options.lora_targets)
     defaults = {f.name: f.default for f in dataclasses.fields(TrainOptions)}
     if options.init_from is None:
-        for name in ("lora_rank", "lora_alpha", "lora_targets"):
+        for name in _FINE_TUNE_ONLY:
             if getattr(options, name) != defaults[name]:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(
@@ -206,6 +284,7 @@ def _check_fine_tune(options: TrainOptions) -> None:
                     "(or a preset directory) to say which."
                 )
         return
+    _check_fine_tune_rate(options)
     if options.lora_rank is None:
         for name in ("lora_alpha", "lora_targets"):
             if getattr(options, name) != defaults[name]:

@@ -17,9 +17,10 @@ from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.export.preset import export_preset
 from keras_transformer.run import checkpoints
 from keras_transformer.run.directory import RunConflict, RunDirectory
+from keras_transformer.schedules import FineTuneSchedule
 from keras_transformer.training import TrainingInterrupted, TrainOptions, train
 from keras_transformer.training.fine_tune import enable_lora, target_projections
-from keras_transformer.training.model_setup import build_model
+from keras_transformer.training.model_setup import build_model, fine_tune_schedule
 from tests.helpers import predict_logits, training_options, write_training_corpus
 from tests.training.test_job import SignalAtBatch
 
@@ -278,6 +279,24 @@ def test_lora_from_a_preset_of_a_lora_run(lora_run, tmp_path, corpus_files):
         (dict(lora_targets="query,bias"), "--lora-targets"),
         (dict(overrides={"d_model": 64}), "--set d_model=64"),
         (dict(preset="base"), "--preset base"),
+        (
+            dict(lora_rank=None, init_from=None, learning_rate=1e-3),
+            "--learning-rate fine-tunes a trained model",
+        ),
+        (
+            dict(lora_rank=None, init_from=None, fine_tune_schedule="constant"),
+            "--fine-tune-schedule fine-tunes a trained model",
+        ),
+        (dict(learning_rate=0.0), "--learning-rate"),
+        (dict(fine_tune_schedule="cosine"), "--fine-tune-schedule"),
+        (
+            dict(fine_tune_schedule="paper", learning_rate=1e-3),
+            "--fine-tune-schedule paper is scaled by --learning-rate-scale",
+        ),
+        (
+            dict(learning_rate_scale=2.0),
+            "--learning-rate-scale 2 multiplies the paper's schedule",
+        ),
     ],
 )
 def test_bad_fine_tune_options_are_refused(tmp_path, corpus_files, changes, message):
@@ -285,6 +304,50 @@ def test_bad_fine_tune_options_are_refused(tmp_path, corpus_files, changes, mess
     values.update(changes)
     with pytest.raises(ValueError, match=message):
         training_options(tmp_path / "run", corpus_files, **values)
+
+
+@fine_tune_plumbing
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (dict(lora_rank=2), {"peak": 3e-3, "warmup_steps": 5, "total_steps": 100}),
+        ({}, {"peak": 3e-4, "warmup_steps": 5, "total_steps": 100}),
+        (
+            dict(learning_rate=5e-4, overrides={"warmup_steps": 7}),
+            {"peak": 5e-4, "warmup_steps": 7, "total_steps": 100},
+        ),
+        (
+            dict(fine_tune_schedule="constant"),
+            {"peak": 3e-4, "warmup_steps": 5, "total_steps": None},
+        ),
+        (
+            dict(max_steps=None),
+            {"peak": 3e-4, "warmup_steps": 100, "total_steps": None},
+        ),
+        (dict(max_steps=2), {"peak": 3e-4, "warmup_steps": 1, "total_steps": 2}),
+    ],
+)
+def test_a_fine_tune_has_its_own_schedule(tmp_path, corpus_files, changes, expected):
+    """Warmup over 5% of --max-steps, peak 3e-4 (full) or 3e-3 (LoRA), a
+    linear decay to the last update; the paper's for training from scratch
+    or when asked for."""
+    values = {"max_steps": 100, **changes}
+    options = fine_tune_options(tmp_path / "run", corpus_files, tmp_path, **values)
+    assert fine_tune_schedule(options).get_config() == expected
+    paper = fine_tune_options(
+        tmp_path / "run", corpus_files, tmp_path, fine_tune_schedule="paper"
+    )
+    assert fine_tune_schedule(paper) is None
+    scratch = training_options(tmp_path / "run", corpus_files)
+    assert fine_tune_schedule(scratch) is None
+
+
+def test_the_lora_run_trained_under_the_fine_tuning_schedule(lora_run):
+    _, keep = lora_run
+    schedule = keep.kept.optimizer._learning_rate
+    assert isinstance(schedule, FineTuneSchedule) and schedule.peak() == 3e-3
+    manifest = RunDirectory(lora_run[0]).manifest()
+    assert manifest["identity"]["schedule"] == schedule.get_config()
 
 
 def _refused(options, error, message):
