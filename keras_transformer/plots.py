@@ -7,6 +7,7 @@ shows as a cell's value, and `figure.savefig(path)` writes it to a file).
 - `positional_encoding`: the §3.5 sinusoid matrix.
 - `attention_mask`: a (query, key) mask, True = may attend.
 - `learning_rate_schedule`: the §5.3 warmup schedule.
+- `learning_rates`: several schedules compared (a fine-tune's choices).
 - `token_lengths`: histogram of source and target lengths in tokens.
 - `attention_heads`: every layer and head of one attention kind.
 - `training_curves`: loss (and dev BLEU) against the optimizer step.
@@ -81,6 +82,28 @@ def learning_rate_schedule(
     axis.set_xlabel("optimizer update")
     axis.set_ylabel("learning rate")
     axis.set_title(f"Warmup schedule (§5.3), d_model={d_model}")
+    axis.legend()
+    figure.tight_layout()
+    return figure
+
+
+def learning_rates(
+    schedules: Mapping[str, object], steps: int, *, title: str
+) -> Figure:
+    """Several learning-rate schedules (name -> a Keras `LearningRateSchedule`,
+    called with the 0-based iteration) over updates 1..steps."""
+    from keras import ops
+
+    x = np.arange(1, steps + 1)
+    iterations = ops.convert_to_tensor(x - 1, "float32")
+    figure = Figure(figsize=(6, 3.5))
+    axis = figure.add_subplot()
+    for name, schedule in schedules.items():
+        axis.plot(x, ops.convert_to_numpy(schedule(iterations)), label=name)
+    axis.set_xlabel("optimizer update")
+    axis.set_ylabel("learning rate")
+    axis.set_yscale("log")
+    axis.set_title(title)
     axis.legend()
     figure.tight_layout()
     return figure

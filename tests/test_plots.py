@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 
 from keras_transformer import plots
 from keras_transformer.layers import masks, sinusoidal_table
-from keras_transformer.schedules import TransformerSchedule
+from keras_transformer.schedules import FineTuneSchedule, TransformerSchedule
 from tests.helpers import to_numpy
 
 pytestmark = pytest.mark.backend_neutral
@@ -54,6 +54,20 @@ def test_learning_rate_schedule_peaks_at_warmup(tmp_path):
     expected = to_numpy(TransformerSchedule(64, 50)(np.float32(49)))  # 0-based
     np.testing.assert_allclose(y.max(), expected, rtol=1e-6)
     np.testing.assert_allclose(y.max(), 64**-0.5 * 50**-0.5, rtol=1e-6)
+    renders(figure, tmp_path)
+
+
+def test_learning_rates_draws_each_schedule_by_update(tmp_path):
+    compared = {
+        "paper": TransformerSchedule(64, 50),
+        "fine-tune": FineTuneSchedule(1e-3, 10, 100),
+    }
+    figure = plots.learning_rates(compared, 100, title="compared")
+    lines = figure.axes[0].lines
+    assert [line.get_label() for line in lines] == ["paper", "fine-tune"]
+    x, y = lines[1].get_data()
+    assert x[0] == 1 and x[np.argmax(y)] == 10  # Update u is iteration u - 1.
+    np.testing.assert_allclose(y.max(), 1e-3, rtol=1e-6)
     renders(figure, tmp_path)
 
 
