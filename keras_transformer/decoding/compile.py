@@ -102,7 +102,7 @@ def compile_function(fn: Callable, model: keras.Model) -> Callable:
 
     Each distinct input shape compiles once; keep shapes in a small fixed set.
     """
-    import keras  # Here: the server's counters need no Keras (ONNX, CTranslate2).
+    import keras  # Not at the top: servers of exports read the counters, no Keras.
 
     backend = keras.backend.backend()
     if backend in ("tensorflow", "jax"):
@@ -181,7 +181,7 @@ def enable_compilation_cache(
     Returns:
         The cache directory in use, or None (other backends, or off).
     """
-    import keras  # Here: the server's counters need no Keras (ONNX, CTranslate2).
+    import keras  # Not at the top: servers of exports read the counters, no Keras.
 
     backend = keras.backend.backend()
     if backend == "jax":
