@@ -91,22 +91,14 @@ class FineTuneSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, peak: float, warmup_steps: int, total_steps: int | None = None):
-        if not (isinstance(peak, (int, float)) and not isinstance(peak, bool)):
+        if isinstance(peak, bool) or not isinstance(peak, (int, float)) or peak <= 0:
             raise ValueError(f"peak must be a number > 0. Received: peak={peak!r}")
-        if not peak > 0:
-            raise ValueError(f"peak must be > 0. Received: peak={peak!r}")
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int):
-            raise ValueError(
-                f"warmup_steps must be an integer >= 1. Received: {warmup_steps!r}"
-            )
-        if warmup_steps < 1:
+        if not _is_count(warmup_steps) or warmup_steps < 1:
             raise ValueError(
                 f"warmup_steps must be an integer >= 1. Received: {warmup_steps!r}"
             )
         if total_steps is not None and (
-            isinstance(total_steps, bool)
-            or not isinstance(total_steps, int)
-            or total_steps < warmup_steps
+            not _is_count(total_steps) or total_steps < warmup_steps
         ):
             raise ValueError(
                 "total_steps must be None or an integer >= warmup_steps "
@@ -135,6 +127,11 @@ class FineTuneSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "warmup_steps": self.warmup_steps,
             "total_steps": self.total_steps,
         }
+
+
+def _is_count(value) -> bool:
+    """An int, not a bool (True is an int to Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
