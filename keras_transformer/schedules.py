@@ -9,6 +9,11 @@ import keras
 from keras import ops
 
 
+def _is_count(value) -> bool:
+    """An int, not a bool (True is an int to Python)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
@@ -35,7 +40,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
         for name, value in (("d_model", d_model), ("warmup_steps", warmup_steps)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not _is_count(value) or value < 1:
                 raise ValueError(
                     f"{name} must be an integer >= 1. Received: {name}={value!r}"
                 )
@@ -129,11 +134,6 @@ class FineTuneSchedule(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-def _is_count(value) -> bool:
-    """An int, not a bool (True is an int to Python)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PerUpdateSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Evaluate `schedule` at the number of optimizer updates.
@@ -150,11 +150,7 @@ class PerUpdateSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, schedule, accumulation_steps: int):
-        if (
-            isinstance(accumulation_steps, bool)
-            or not isinstance(accumulation_steps, int)
-            or accumulation_steps < 1
-        ):
+        if not _is_count(accumulation_steps) or accumulation_steps < 1:
             raise ValueError(
                 "accumulation_steps must be an integer >= 1. "
                 f"Received: accumulation_steps={accumulation_steps!r}"

@@ -23,8 +23,9 @@ schedule (`schedules.FineTuneSchedule`, chosen in `model_setup`): a short
 linear warmup, while the second moments are estimates from a few batches,
 to a peak ten times higher for LoRA than for full fine-tuning
 (`options.FINE_TUNE_PEAKS`), then a linear decay to the last update. The
-paper's schedule restarted at step 0 (`--fine-tune-schedule paper`) is far
-too slow for that: LoRA learned almost nothing under it.
+paper's schedule restarted at step 0 (`--fine-tune-schedule paper`) with a
+trained model's own `warmup_steps` (4,000 for `base`) stays far below
+those peaks for thousands of updates.
 """
 
 from __future__ import annotations
