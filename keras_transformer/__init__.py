@@ -12,7 +12,7 @@ from __future__ import annotations
 from keras_transformer.registry import register_keras_objects
 from keras_transformer.utils import console
 from keras_transformer.utils.lazy import lazy_exports
-from keras_transformer.version import __version__  # noqa: F401 - in __all__
+from keras_transformer.utils.version import __version__  # noqa: F401 - in __all__
 
 if console.is_command_line():
     # Before Keras prints its native start-up. A command that starts Keras

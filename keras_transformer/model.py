@@ -29,7 +29,7 @@ from keras_transformer.layers import (
     sinusoidal_table,
 )
 from keras_transformer.losses import with_token_loss
-from keras_transformer.version import __version__
+from keras_transformer.utils.version import __version__
 
 
 def _make_layers(config: TransformerConfig) -> SimpleNamespace:

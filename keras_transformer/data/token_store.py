@@ -63,7 +63,7 @@ from keras_transformer.data.text_files import DataError, ParallelCorpus, sha256_
 from keras_transformer.data.token_pairs import SIDES, TokenPairs
 from keras_transformer.data.tokenizer import tokenizer_sha256
 from keras_transformer.utils.atomic_files import atomic_write_text
-from keras_transformer.version import __version__
+from keras_transformer.utils.version import __version__
 
 __all__ = [
     "FORMAT",

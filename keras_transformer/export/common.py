@@ -19,7 +19,7 @@ from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.run.directory import InferenceRun, RunDirectory
 from keras_transformer.run.preset_files import weights_bytes
 from keras_transformer.utils.atomic_files import WriteFailed, atomic_directory
-from keras_transformer.version import __version__
+from keras_transformer.utils.version import __version__
 
 # Bytes per stored weight by the export's number type: what the free-space
 # check before an export asks for (its weights; the rest is small).

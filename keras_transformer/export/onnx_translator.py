@@ -52,7 +52,7 @@ from keras_transformer.decoding.batching import (
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.export.reading import EXPORT_INFO, read_export_tokenizer
 from keras_transformer.export.reading import read_export_info as read_record
-from keras_transformer.version import __version__
+from keras_transformer.utils.version import __version__
 
 FORMAT = "onnx"
 #: The layout of the directory and of the graphs' inputs and outputs; a

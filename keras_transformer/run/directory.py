@@ -54,7 +54,7 @@ from keras_transformer.utils.atomic_files import (
     atomic_write_with,
     backup_path,
 )
-from keras_transformer.version import __version__
+from keras_transformer.utils.version import __version__
 
 MANIFEST = "manifest.json"
 

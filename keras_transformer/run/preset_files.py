@@ -30,7 +30,7 @@ import numpy as np
 from keras_transformer.config import PRESETS, TransformerConfig
 from keras_transformer.data.tokenizer import load_tokenizer
 from keras_transformer.utils.atomic_files import atomic_directory, backup_path
-from keras_transformer.version import __version__
+from keras_transformer.utils.version import __version__
 
 #: Version of the layout below; a newer one is refused by name.
 PRESET_FORMAT = 1

@@ -45,7 +45,7 @@ from keras_transformer.serving.mappings import mappings_exhausted, maps_running_
 from keras_transformer.serving.observability import ServerMetrics
 from keras_transformer.serving.options import AllowedSettings, ServeOptions
 from keras_transformer.serving.schema import RequestError
-from keras_transformer.version import __version__
+from keras_transformer.utils.version import __version__
 
 log = logging.getLogger("keras_transformer.serve")
 WARMUP_LOG_SECONDS = 15  # A progress line this often while warming up.

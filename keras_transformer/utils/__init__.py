@@ -1,5 +1,5 @@
 """Utilities that need no Keras: files, optional imports, console, settings.
 
-Atomic writes, optional imports, the console, the user cache, setting fields
-and lazy package faces.
+The package version, atomic writes, optional imports, the console, the user
+cache, setting fields and lazy package faces.
 """

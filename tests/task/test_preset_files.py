@@ -13,7 +13,7 @@ import pytest
 from keras_transformer import TransformerSeq2SeqLM
 from keras_transformer.data.tokenizer import train_tokenizer
 from keras_transformer.run import preset_files
-from keras_transformer.version import __version__
+from keras_transformer.utils.version import __version__
 from tests.helpers import make_corpus
 
 

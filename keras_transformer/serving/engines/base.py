@@ -11,7 +11,7 @@ from keras_transformer.serving.jobs import Decoding
 from keras_transformer.serving.options import AllowedSettings
 from keras_transformer.serving.schema import RequestError
 from keras_transformer.utils.setting_fields import flag_name
-from keras_transformer.version import __version__
+from keras_transformer.utils.version import __version__
 
 Hypotheses = list[tuple[str, float]]
 Step = Callable[[], object]  # One part of a warm-up: a batch shape run.
