@@ -205,8 +205,19 @@ def _translator(
         task=task,
         kind="preset" if args.preset else "run",
     )
+    grammar = None
+    if task == "parsing" and getattr(args, "tree_constraints", False):
+        from keras_transformer.decoding.tree_grammar import TreeGrammar
+
+        grammar = TreeGrammar.for_tokenizer(
+            opened.tokenizer, with_words=_run(args).tree_words
+        )
     return Translator(
-        opened.model, opened.tokenizer, opened.settings, sampling=sampling
+        opened.model,
+        opened.tokenizer,
+        opened.settings,
+        sampling=sampling,
+        grammar=grammar,
     )
 
 
@@ -394,6 +405,7 @@ def _refuse_with_hyp(args: argparse.Namespace) -> None:
     given = [
         flag for flag in ("src", "model", "preset", "quantize") if getattr(args, flag)
     ]
+    given += [] if args.tree_constraints else ["no_tree_constraints"]
     given += [  # The search flags default to None (the task's) or False.
         field.name
         for field in dataclasses.fields(SearchSettings)
@@ -412,6 +424,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     if args.task == "parsing":
         return _evaluate_parsing(args)
+    if not args.tree_constraints:
+        raise ValueError("--no-tree-constraints applies to --task parsing only.")
     if args.split:
         return _evaluate_split(args)
     if not args.ref:

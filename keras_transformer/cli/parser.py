@@ -307,6 +307,17 @@ def _add_lenient_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_tree_constraints_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-tree-constraints",
+        dest="tree_constraints",
+        action="store_false",
+        help="parsing: let the search write any token, and repair what is not "
+        "a tree afterwards (default: the search writes only trees over the "
+        "sentence's words)",
+    )
+
+
 def _add_quantize_argument(parser: argparse.ArgumentParser) -> None:
     from keras_transformer.decoding.settings import WeightOptions
 
@@ -400,6 +411,7 @@ def _add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     _add_decoding_arguments(parser, preset=True, task=None)
     _add_quantize_argument(parser)
     _add_lenient_argument(parser)
+    _add_tree_constraints_argument(parser)
     parser.add_argument(
         "--src", help="source file to translate (needs --run-dir or --preset)"
     )
@@ -435,17 +447,18 @@ def _add_parse_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_quantize_argument(parser)
     _add_lenient_argument(parser)
+    _add_tree_constraints_argument(parser)
 
 
 PARSE_HELP = """Parse tokenized sentences with a model trained by
 `train --task parsing`: one bracketed tree per input line, in order, on
 stdout (the paper's search: beam 21, alpha 0.3, up to input + 300 tokens).
 
-Every tree holds exactly the line's words. Output that is not a well-formed
-tree over them is repaired (docs/parsing.md gives the rule) and the repairs
-are counted on stderr. An empty (or blank) line gives an empty line; a very
-long line is parsed like any other (its output may stop at input + 300
-tokens, and the repair then closes the tree over the words left).
+Every tree holds exactly the line's words. The search writes only tokens
+that can still lead to a tree over them (--no-tree-constraints: any token);
+output that is still not a well-formed tree (a length limit too short for
+the sentence) is repaired (docs/parsing.md gives the rule) and the repairs
+are counted on stderr. An empty (or blank) line gives an empty line.
 """
 
 

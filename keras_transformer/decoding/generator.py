@@ -92,6 +92,9 @@ class SequenceGenerator:
             taking the argmax (beam size 1 only); each call then needs the
             rows' uniform numbers (`sampling.uniform_numbers`). Defaults to
             None: no sampling.
+        grammar: a `tree_grammar.TreeGrammar` that masks, at every step,
+            the tokens that cannot lead to a tree over the source's words
+            (the parsing task). Defaults to None: no mask.
         **changes: `SearchSettings` fields to change (`beam_size=1`).
 
     Call arguments:
@@ -115,6 +118,7 @@ class SequenceGenerator:
         drop_finished: bool = True,
         segment_steps: int = 8,
         sampling: SamplingSettings | None = None,
+        grammar=None,
         **changes,
     ):
         settings = search_settings(settings, **changes)
@@ -139,6 +143,7 @@ class SequenceGenerator:
         self.drop_finished = drop_finished
         self.segment_steps = segment_steps
         self.sampling = sampling
+        self.grammar = grammar
         self.suppressed_ids = search.ALWAYS_SUPPRESSED + (
             () if settings.allow_unk else (UNK_ID,)
         )
@@ -197,6 +202,12 @@ class SequenceGenerator:
         else:
             carry["memory"] = ops.repeat(memory, k, axis=0) if k > 1 else memory
             state = ops.full((rows, max_length + 1), search.BOS_ID, "int32")
+        if self.grammar is not None:  # Its state goes where the beams go.
+            row_limits = ops.repeat(limits, k, axis=0) if k > 1 else limits
+            state = {
+                "model": state,
+                "grammar": self.grammar.start(source_ids, row_limits),
+            }
         if self.sampling is not None:
             carry["loop"] = search.sampling_start(state, limits, max_length, uniform)
         elif k == 1:
@@ -216,6 +227,8 @@ class SequenceGenerator:
             )
         else:
             step_fn = uncached_step_fn(self.model, source_ids, carry["memory"])
+        if self.grammar is not None:
+            step_fn = self.grammar.wrap(step_fn, source_ids)
         settings = {"stop_step": stop_step, "suppressed_ids": self.suppressed_ids}
         if self.beam_size == 1:
             loop = search.greedy_advance(
@@ -280,6 +293,8 @@ class SequenceGenerator:
         """Pad the caches with empty positions to hold `steps` steps; a small
         batch's to the limit at once (one compiled shape fewer)."""
         state = carry["loop"]["state"]
+        if self.grammar is not None:
+            state = state["model"]
         current = ops.shape(tree.flatten(state)[0])[2]
         length = self.cache_length(steps, max_length, ops.shape(carry["limits"])[0])
         if current >= length:
@@ -289,8 +304,10 @@ class SequenceGenerator:
         def grow(cache):  # (N, H, L, K): empty (zero) positions at the end
             return ops.pad(cache, [[0, 0], [0, 0], [0, extra], [0, 0]])
 
-        loop = {**carry["loop"], "state": tree.map_structure(grow, state)}
-        return {**carry, "loop": loop}
+        state = tree.map_structure(grow, state)
+        if self.grammar is not None:
+            state = {**carry["loop"]["state"], "model": state}
+        return {**carry, "loop": {**carry["loop"], "state": state}}
 
     def _advance_segment(self, carry, stop_step):
         carry = self.advance(carry, stop_step)

@@ -49,6 +49,9 @@ class Translator:
             top-p) instead of searching; each text then gets
             `num_samples` samples in place of the beam's hypotheses.
             Defaults to None: the search.
+        grammar: a `tree_grammar.TreeGrammar`: the search writes only
+            trees over the source's words (the parsing task). Defaults to
+            None.
         **changes: `SearchSettings` fields to change (`beam_size=1`).
 
     Examples:
@@ -67,6 +70,7 @@ class Translator:
         jit: bool = True,
         drop_finished: bool = True,
         sampling: SamplingSettings | None = None,
+        grammar=None,
         **changes,
     ):
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -82,6 +86,7 @@ class Translator:
             jit=jit,
             drop_finished=drop_finished,
             sampling=sampling,
+            grammar=grammar,
         )
         # The generator's, or `resampled`'s: the seed and samples differ.
         self._sampling = self.generator.sampling

@@ -83,6 +83,7 @@ __all__ = [
     "linearize",
     "linearize_text",
     "target_vocabulary",
+    "token_role",
 ]
 
 _JUNK_TOKENS = frozenset({"<unk>", "<pad>", "<s>", "</s>", ""})
@@ -104,6 +105,19 @@ def _is_label(text: str) -> bool:
     if text in _JUNK_TOKENS:
         return False
     return not any(char.isspace() or char in "()" for char in text)
+
+
+def token_role(token: str) -> tuple[str, str | None]:
+    """What `delinearize` reads `token` as (the rules of the module
+    docstring): ``("open", X)`` for ``(X``, ``("close", X)`` for ``)X``,
+    ``("tag", token)`` for any other well-formed atom, ``("junk", None)``
+    for what it drops as an unknown token. A search that keeps to a tree
+    (`decoding.tree_grammar`) classifies its vocabulary with this."""
+    if token[:1] in ("(", ")") and _is_label(token[1:]):
+        return ("open" if token[0] == "(" else "close"), token[1:]
+    if _is_label(token):
+        return "tag", token
+    return "junk", None
 
 
 def _check_label(label: str) -> None:
@@ -222,17 +236,17 @@ class _Reader:
         (self.open[-1][1] if self.open else self.top).append(node)
 
     def read(self, token: str) -> None:
-        bracket = token[:1] in ("(", ")") and _is_label(token[1:])
+        role, label = token_role(token)
         if self.expect_word:
             self.expect_word = False
-            if self.is_copy(token, bracket):
+            if self.is_copy(token, role in ("open", "close")):
                 return  # The tag's copy of its word: the input's is used.
             self.repair(_MISSING_WORD)
-        if token.startswith("(") and _is_label(token[1:]):
-            self.open.append((token[1:], []))
-        elif token.startswith(")") and _is_label(token[1:]):
-            self.close(token[1:])
-        elif _is_label(token):
+        if role == "open":
+            self.open.append((label, []))
+        elif role == "close":
+            self.close(label)
+        elif role == "tag":
             self.tag(token)
         else:
             self.repair(_UNKNOWN_TOKEN)

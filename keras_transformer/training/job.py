@@ -410,6 +410,7 @@ class _Job:
             self.task_search().replace(beam_size=1),
             batch_size=max(len(sources), 1),
             jit=not mirrored,
+            grammar=self.task_grammar(),
         )
         return DevBleu(
             self.clock,
@@ -427,6 +428,17 @@ class _Job:
         settings = task_search(self.options.task)
         unk = settings.allow_unk or self.options.data.with_words
         return settings.replace(allow_unk=unk)
+
+    def task_grammar(self):
+        """Parsing: the search writes only trees (`decoding.tree_grammar`),
+        as `parse` and `evaluate --task parsing` do by default."""
+        if self.options.task != "parsing" or self.tokenizer.kind != "words":
+            return None
+        from keras_transformer.decoding.tree_grammar import TreeGrammar
+
+        return TreeGrammar.for_tokenizer(
+            self.tokenizer, with_words=self.options.data.with_words
+        )
 
     def _dev_parsing_scores(self, sources, targets):
         """Parsing: the dev subset's labeled F1 beside its (linearized) BLEU."""
@@ -598,7 +610,11 @@ def _test_score(job: _Job) -> BleuResult | ParsingResult | None:
             model = job.run.load_model()
     settings = job.task_search().replace(beam_size=options.beam_size)
     translator = Translator(
-        model, job.tokenizer, settings, batch_size=options.test_batch_size
+        model,
+        job.tokenizer,
+        settings,
+        batch_size=options.test_batch_size,
+        grammar=job.task_grammar(),
     )
     if options.task == "parsing":
         from keras_transformer.decoding.parse_evaluation import evaluate_parser_split

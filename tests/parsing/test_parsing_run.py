@@ -89,12 +89,14 @@ def test_a_parsing_run_scores_its_test_trees_and_dev_f1(parsing_run):
     assert scores["parsed"] == scores["sentences"] == 8
     assert 0.0 <= scores["f1"] <= 100.0
     assert {"precision", "recall", "exact_match", "repaired"} <= set(scores)
+    assert scores["repaired"] == 0  # The search writes trees (tree_grammar).
     manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["identity"]["task"] == "parsing"
     assert manifest["identity"]["tokenizer"] == "words"
     entries = (run / "dev_bleu.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["step"] for line in entries] == [2, 4]
     assert all("dev_f1" in json.loads(line) for line in entries)
+    assert all(json.loads(line)["dev_repaired"] == 0 for line in entries)
 
 
 def test_parse_writes_one_tree_over_each_lines_words(parsing_run, tmp_path, capsys):
@@ -104,14 +106,19 @@ def test_parse_writes_one_tree_over_each_lines_words(parsing_run, tmp_path, caps
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     capsys.readouterr()
     argv = ["parse", "--run-dir", str(parsing_run / "run"), "--input", str(source)]
-    assert main([*argv, "--beam-size", "2", "--max-extra-length", "20"]) == 0
-    output = capsys.readouterr().out.splitlines()
-    assert len(output) == len(lines)
-    for line, tree_text in zip(lines, output):
-        if not line.strip():
-            assert tree_text == ""  # An empty line has no tree.
-        else:
-            assert parse_tree(tree_text).words() == line.split()
+    search = ["--beam-size", "2", "--max-extra-length", "20"]
+    for constraints in ([], ["--no-tree-constraints"]):
+        assert main([*argv, *search, *constraints]) == 0
+        captured = capsys.readouterr()
+        output = captured.out.splitlines()
+        assert len(output) == len(lines)
+        for line, tree_text in zip(lines, output):
+            if not line.strip():
+                assert tree_text == ""  # An empty line has no tree.
+            else:
+                assert parse_tree(tree_text).words() == line.split()
+        # Only the unconstrained search writes what needs the repair rule.
+        assert ("repaired" in captured.err) == bool(constraints)
 
 
 def test_evaluate_parsing_parses_the_gold_words_and_prints_f1(parsing_run, capsys):
@@ -121,7 +128,9 @@ def test_evaluate_parsing_parses_the_gold_words_and_prints_f1(parsing_run, capsy
     assert main([*argv, "--ref", str(gold), "--beam-size", "2"]) == 0
     out = capsys.readouterr().out
     assert "Labeled bracketing" in out and "F1" in out
-    assert "repaired parses:" in out
+    assert "repaired parses: 0 of 8" in out
+    assert main([*argv, "--task", "translation", "--no-tree-constraints"]) == 2
+    assert "applies to --task parsing only" in capsys.readouterr().err
 
 
 def test_a_parsing_run_refuses_to_translate(parsing_run, tmp_path, capsys):
@@ -156,8 +165,10 @@ def test_a_run_with_words_in_its_targets_parses_with_them(tmp_path, capsys):
     capsys.readouterr()
     parse = ["parse", "--run-dir", str(run), "--input", str(source)]
     assert main([*parse, "--beam-size", "2", "--max-extra-length", "10"]) == 0
-    (tree,) = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    (tree,) = captured.out.splitlines()
     assert parse_tree(tree).words() == ["Anna", "saw", "the", "dog", "."]
+    assert "repaired" not in captured.err  # Each tag wrote its word's copy.
 
 
 def test_a_parsing_run_is_not_exported(parsing_run, tmp_path, capsys):
