@@ -170,6 +170,10 @@ class Server:
         tail = self.log_path.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{message}\n{tail}")
 
+    def rss_mb(self) -> float:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024
+
     def peak_rss_mb(self) -> float:
         status = Path(f"/proc/{self.process.pid}/status").read_text()
         return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
@@ -536,8 +540,9 @@ def ready_table() -> list[str]:
     """The header of the start-to-ready table (`ready_row`'s rows)."""
     return [
         "| engine | backend | --warmup-tokens | start to address line s "
-        "| start to /readyz 200 s | warm-up s (server) | warm-up compilations |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| start to /readyz 200 s | warm-up s (server) | warm-up compilations "
+        "| RSS at ready GB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
 
 
@@ -550,6 +555,7 @@ def ready_row(server: Server, engine: str, backend: str, tokens: int) -> str:
     cells += [f"{server.listening_s:.1f}", f"{server.ready_s:.1f}"]
     cells += [f"{metric(samples, 'warmup_seconds'):.1f}"]
     cells += [f"{metric(samples, 'compilations_total', phase='warmup'):.0f}"]
+    cells += [f"{server.rss_mb() / 1024:.2f}"]
     return "| " + " | ".join(map(str, cells)) + " |"
 
 

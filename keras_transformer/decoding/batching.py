@@ -55,16 +55,14 @@ def pad_batch(
 
 def ladder_length(tokens: int) -> int:
     """The source length a compiled search pads a batch of at most `tokens`
-    tokens to: 8, 16, 24, 32, then the first of 48, 64, 96, 128, 192, 256,
-    384, ... (2**n and 1.5 * 2**n) that holds them. Each length is a set of
-    compiled programs (each holding memory and about 140 of the memory
-    mappings a process may have): 10 lengths reach 256 tokens where steps
-    of 8 take 32, for at most half again the tokens past 32."""
-    if tokens <= 32:
-        return max(8, -(-tokens // 8) * 8)
-    length = 32
+    tokens to: the first power of 2 from 8 on that holds them (8, 16, 32,
+    64, 128, 256, ...). Each length is a set of compiled programs (each
+    holding memory and about 140 of the memory mappings a process may
+    have, and seconds to compile at a server's warm-up): 6 lengths reach
+    256 tokens, for at most twice the tokens (docs/serving-warm-up.md)."""
+    length = 8
     while length < tokens:
-        length = length * 3 // 2 if length & (length - 1) == 0 else length * 4 // 3
+        length *= 2
     return length
 
 

@@ -430,6 +430,18 @@ def _doublings(start: int, limit: int) -> list[int]:
     return values
 
 
+def padded_batch_size(batch_size: int, sentences: int) -> int:
+    """The rows a batch of `sentences` sentences is searched (or scored) at:
+    the whole `batch_size` when it is at most SMALL_BATCH (the server's
+    batches: one start program per source length instead of three, for at
+    most a segment of filler rows, which finish at once and leave), else the
+    smallest size the search shrinks to that holds them (`smaller_batch_size`:
+    a lone sentence is not searched as a batch of 64)."""
+    if batch_size <= SMALL_BATCH:
+        return batch_size
+    return smaller_batch_size(batch_size, sentences)
+
+
 def smaller_batch_size(batch_size: int, rows: int) -> int:
     """The smallest of batch_size, batch_size/4, batch_size/16, ..., 1
     (rounded up) that holds `rows` rows: the batch sizes the search runs

@@ -112,10 +112,9 @@ def _per_sentence(chosen, cross, sources, outputs) -> list:
 
 class ForcedScorer:
     """`token_details`, compiled, for a server or a long run: the rows are
-    padded to the batch sizes the search runs at (`smaller_batch_size`; a
-    `batch_size` of at most `generator.SMALL_BATCH` rows, the server's
-    default, always to `batch_size`: one pass of a few rows costs little
-    beside the search, and a third of the programs compile) and both sides
+    padded to the batch sizes the search runs at
+    (`generator.padded_batch_size`: a `batch_size` of at most 8 rows, the
+    server's default, always to `batch_size`) and both sides
     to one length of `padded_length`'s few (8, 16, 32, ...), so a handful
     of programs serve every request; padding changes no value (the masks
     give it no weight, and it is cut off again). All layers' attention
@@ -154,14 +153,9 @@ class ForcedScorer:
 
     def _rows(self, sentences: int) -> int:
         """The rows a pass of `sentences` sentences is padded to."""
-        from keras_transformer.decoding.generator import (
-            SMALL_BATCH,
-            smaller_batch_size,
-        )
+        from keras_transformer.decoding.generator import padded_batch_size
 
-        if self.batch_size <= SMALL_BATCH:
-            return self.batch_size
-        return smaller_batch_size(self.batch_size, sentences)
+        return padded_batch_size(self.batch_size, sentences)
 
     def warm_up_steps(self, max_tokens: int) -> list[Callable[[], None]]:
         """The steps that compile every shape a pass of sides up to

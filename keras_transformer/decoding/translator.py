@@ -20,7 +20,7 @@ from keras_transformer.decoding.batching import (
     strip_pad,
     unsearched,
 )
-from keras_transformer.decoding.generator import SequenceGenerator, smaller_batch_size
+from keras_transformer.decoding.generator import SequenceGenerator, padded_batch_size
 from keras_transformer.decoding.sampling import SamplingSettings, uniform_numbers
 from keras_transformer.decoding.settings import SearchSettings, search_settings
 
@@ -29,10 +29,10 @@ class Translator:
     """Tokenize, decode (greedy or beam search), detokenize, in batches.
 
     Sentences are sorted by length and padded to `batching.ladder_length`
-    (8, 16, 24, 32, 48, 64, 96, ...), and every batch has `batch_size`
-    rows, or for a short last batch `batch_size` divided by a power of 4
-    (completed with empty rows), so the compiled search sees a small fixed
-    set of shapes.
+    (8, 16, 32, 64, ...), and every batch has `batch_size` rows, or for a
+    short last batch of a `batch_size` over 8 that divided by a power of 4
+    (completed with empty rows: `generator.padded_batch_size`), so the
+    compiled search sees a small fixed set of shapes.
 
     Args:
         model: a `Transformer`.
@@ -162,9 +162,8 @@ class Translator:
             chunk = units[start : start + self.batch_size]
             rows = [encoded[i] for i, _ in chunk]
             # A short last batch is completed to a size the search also
-            # shrinks to, so no extra shape compiles (and a lone sentence
-            # is not searched as a full batch).
-            size = smaller_batch_size(self.batch_size, len(rows))
+            # shrinks to, so no extra shape compiles.
+            size = padded_batch_size(self.batch_size, len(rows))
             rows += [[]] * (size - len(rows))
             indices = [i for i, _ in chunk]
             gone = None if abandoned is None else _rows_of(abandoned, indices, size)
@@ -302,7 +301,7 @@ class Translator:
         order = length_order(texts, encoded)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            size = smaller_batch_size(self.batch_size, len(chunk))
+            size = padded_batch_size(self.batch_size, len(chunk))
             filler = [[]] * (size - len(chunk))
             rows = [encoded[i] for i in chunk] + filler
             found = self.constrained_generator()(

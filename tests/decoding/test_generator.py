@@ -426,6 +426,25 @@ def test_smaller_batch_size_shrinks_by_fours(rows, active, expected):
     assert generator_module.smaller_batch_size(rows, active) == expected
 
 
+@pytest.mark.parametrize(
+    ("batch_size", "sentences", "expected"),
+    [(8, 1, 8), (8, 3, 8), (4, 1, 4), (9, 1, 1), (9, 3, 3), (64, 5, 16), (64, 1, 1)],
+)
+def test_a_small_batch_is_searched_whole(batch_size, sentences, expected):
+    """Up to SMALL_BATCH rows (the server's batches) a batch is completed
+    to its size: one start program per source length; a larger one to the
+    smallest size the search shrinks to."""
+    assert generator_module.padded_batch_size(batch_size, sentences) == expected
+
+
+def test_sources_pad_to_powers_of_two():
+    from keras_transformer.decoding.batching import ladder_length, ladder_lengths
+
+    lengths = [ladder_length(n) for n in (1, 8, 9, 16, 17, 33, 64, 65, 256, 257)]
+    assert lengths == [8, 8, 16, 16, 32, 64, 64, 128, 256, 512]
+    assert ladder_lengths(256) == [8, 16, 32, 64, 128, 256]
+
+
 # --- arguments ---------------------------------------------------------------------
 
 

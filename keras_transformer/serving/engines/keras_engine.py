@@ -114,11 +114,10 @@ class KerasEngine(Engine):
         """Every batch size `Translator` pads a batch to, by every source
         length it pads to up to `max_tokens` (`batching.ladder_lengths`)."""
         from keras_transformer.decoding.batching import ladder_lengths
-        from keras_transformer.decoding.generator import smaller_batch_size
+        from keras_transformer.decoding.generator import padded_batch_size
 
         sizes = {
-            smaller_batch_size(self.batch_size, n)
-            for n in range(1, self.batch_size + 1)
+            padded_batch_size(self.batch_size, n) for n in range(1, self.batch_size + 1)
         }
         lengths = ladder_lengths(max_tokens)
         return [
