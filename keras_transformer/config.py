@@ -30,6 +30,9 @@ from typing import Any
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 POSITION_ENCODINGS = ("sinusoidal", "learned")
+# The feed-forward's activation: the paper's ReLU, or what imported MarianMT
+# checkpoints use (OPUS-MT: swish, i.e. SiLU; GELU: the exact, erf form).
+ACTIVATIONS = ("relu", "swish", "gelu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +67,10 @@ class TransformerConfig:
     # at the query). None: unrestricted. Before 0.2.0 this was a half-width.
     attention_window: int | None = None
     layer_norm_epsilon: float = 1e-6
+    activation: str = "relu"  # One of ACTIVATIONS; the paper's is ReLU.
+    # A learned bias added to the logits (MarianMT's final_logits_bias);
+    # the paper's tied projection has none.
+    output_bias: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -206,7 +213,12 @@ def _validate(config: TransformerConfig) -> None:
             _fail(name, getattr(config, name), "a number in [0, 1)")
     if config.layer_norm_epsilon <= 0:
         _fail("layer_norm_epsilon", config.layer_norm_epsilon, "a number > 0")
-    for name in ("share_embeddings", "tie_output_projection", "norm_first"):
+    for name in (
+        "share_embeddings",
+        "tie_output_projection",
+        "norm_first",
+        "output_bias",
+    ):
         _check_type(config, name, (bool,))
     if config.position_encoding not in POSITION_ENCODINGS:
         _fail(
@@ -214,6 +226,8 @@ def _validate(config: TransformerConfig) -> None:
             config.position_encoding,
             f"one of {POSITION_ENCODINGS}",
         )
+    if config.activation not in ACTIVATIONS:
+        _fail("activation", config.activation, f"one of {ACTIVATIONS}")
     if config.d_model % config.num_heads:
         _fail(
             "d_model",

@@ -23,6 +23,7 @@ from keras_transformer.layers import (
     DecoderBlock,
     EncoderBlock,
     LearnedPositionalEmbedding,
+    LogitsBias,
     ScaledEmbedding,
     SinusoidalPositionalEncoding,
     masks,
@@ -63,12 +64,14 @@ def _make_layers(config: TransformerConfig) -> SimpleNamespace:
         relu_dropout_rate=config.relu_dropout_rate,
         norm_first=config.norm_first,
         layer_norm_epsilon=config.layer_norm_epsilon,
+        activation=config.activation,
     )
     return SimpleNamespace(
         config=config,
         source_embedding=source_embedding,
         target_embedding=target_embedding,
         output_projection=output_projection,
+        output_bias=LogitsBias(name="output_bias") if config.output_bias else None,
         source_position=_position_layer(config, "source_position"),
         target_position=_position_layer(config, "target_position"),
         # §5.4: dropout on the sums of embeddings and positional encodings.
@@ -162,8 +165,12 @@ def _logits(layers: SimpleNamespace, hidden):
     if layers.decoder_norm is not None:
         hidden = layers.decoder_norm(hidden)
     if layers.output_projection is None:
-        return layers.target_embedding(hidden, reverse=True)
-    return layers.output_projection(hidden)
+        logits = layers.target_embedding(hidden, reverse=True)
+    else:
+        logits = layers.output_projection(hidden)
+    if layers.output_bias is not None:
+        logits = layers.output_bias(logits)
+    return logits
 
 
 class TokenLossLogs:

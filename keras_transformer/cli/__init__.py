@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from keras_transformer.cli.parser import build_parser, parse_overrides
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:  # `keras-transformer` alone trains the default.
         args = parser.parse_args(["train", *(argv or [])])
+    given = sys.argv[1:] if argv is None else argv
+    args.command_line = shlex.join(["keras-transformer", *given])  # Model cards.
     try:
         if needs_keras(args):
             _start_keras(args.command)

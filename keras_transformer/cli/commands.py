@@ -558,7 +558,26 @@ def _export(args: argparse.Namespace) -> int:
     settings = _search_settings(args)
     options = ExportOptions(**_setting_values(args, ExportOptions))
     _check_run_task(args, "translation")  # The exports translate text.
-    print(export_run(args.run_dir, options, settings, model=args.model))
+    print(
+        export_run(
+            args.run_dir,
+            options,
+            settings,
+            model=args.model,
+            command=getattr(args, "command_line", None),
+        )
+    )
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from keras_transformer.export.huggingface_import import import_huggingface
+
+    path = import_huggingface(args.directory, args.out, overwrite=args.overwrite)
+    print(
+        f"Preset written to {path} (translate --preset {path}, "
+        "TransformerSeq2SeqLM.from_preset)"
+    )
     return 0
 
 
@@ -604,6 +623,7 @@ RUNS = {
     "summary": _summary,
     "average": _average,
     "export": _export,
+    "import": _import,
     "serve": _serve,
     "parse": _parse,
 }

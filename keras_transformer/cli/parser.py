@@ -450,6 +450,14 @@ def _add_parse_arguments(parser: argparse.ArgumentParser) -> None:
     _add_tree_constraints_argument(parser)
 
 
+IMPORT_HELP = """Read a MarianMT checkpoint (transformers' format, the OPUS-MT
+family) from a directory on this machine and write it as a preset, which
+translate, evaluate, serve, export and train --init-from take (--preset).
+Nothing is downloaded: get a checkpoint with, for example,
+  hf download Helsinki-NLP/opus-mt-en-de --local-dir opus-mt-en-de
+What the model cannot represent (separate vocabularies, other positions) is
+refused, named."""
+
 PARSE_HELP = """Parse tokenized sentences with a model trained by
 `train --task parsing`: one bracketed tree per input line, in order, on
 stdout (the paper's search: beam 21, alpha 0.3, up to input + 300 tokens).
@@ -478,6 +486,31 @@ def _add_export_arguments(parser: argparse.ArgumentParser) -> None:
 
     _add_decoding_arguments(parser)
     _add_setting_flags(parser, ExportOptions)
+
+
+def _add_import_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "directory",
+        metavar="DIR",
+        help="a MarianMT checkpoint on this machine (config.json, "
+        "model.safetensors or pytorch_model.bin, source.spm, target.spm, "
+        "vocab.json)",
+    )
+    parser.add_argument(
+        "--from",
+        dest="source_format",
+        choices=["huggingface"],
+        default="huggingface",
+        help="the checkpoint's format (default: huggingface)",
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="the preset directory to write"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing preset (moved aside, not deleted)",
+    )
 
 
 def _add_summary_arguments(parser: argparse.ArgumentParser) -> None:
@@ -509,6 +542,11 @@ COMMANDS = {
         "a preset or ONNX graphs",
         None,
         _add_export_arguments,
+    ),
+    "import": (
+        "import a Hugging Face MarianMT checkpoint (OPUS-MT) as a preset",
+        IMPORT_HELP,
+        _add_import_arguments,
     ),
     "serve": (
         "serve translations over HTTP (API, demo page, dynamic batching)",

@@ -123,10 +123,13 @@ def encode_block(
     *,
     max_length: int | None,
     dtype: str = "int32",
+    encode_target: Callable[[list[str]], list[list[int]]] | None = None,
 ) -> EncodedBlock:
     """Encode a block of pairs, dropping empty and over-long ones (none when
-    `max_length` is None). `encode` maps texts to ragged ids; `dtype` is the
-    ids' array type (uint16 holds any id of a vocabulary up to 65,536)."""
+    `max_length` is None). `encode` maps texts to ragged ids (the targets
+    too, unless `encode_target` is given: a tokenizer with a model per
+    side); `dtype` is the ids' array type (uint16 holds any id of a
+    vocabulary up to 65,536)."""
     empty: list[int] = []
     # Most blocks have no empty side: one pass in C finds that.
     if max_length is not None and not (
@@ -137,7 +140,7 @@ def encode_block(
         target = [target[i] for i in keep]
         line_numbers = [line_numbers[i] for i in keep]
     source_lengths, source_ids = _flat(encode(list(source)), dtype)
-    target_lengths, target_ids = _flat(encode(list(target)), dtype)
+    target_lengths, target_ids = _flat((encode_target or encode)(list(target)), dtype)
     too_long: list[int] = []
     if max_length is not None:
         fits = _fits(source_lengths, target_lengths, max_length)
@@ -163,6 +166,7 @@ def encode_corpus(
     *,
     max_length: int | None,
     dtype: str = "int32",
+    encode_target: Callable[[list[str]], list[list[int]]] | None = None,
 ) -> EncodedBlock:
     """`encode_block` over a whole corpus held in memory (anything with
     `source`, `target` and `line_numbers`, such as a `ParallelCorpus`)."""
@@ -173,6 +177,7 @@ def encode_corpus(
         corpus.line_numbers,
         max_length=max_length,
         dtype=dtype,
+        encode_target=encode_target,
     )
 
 

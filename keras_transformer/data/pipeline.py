@@ -93,7 +93,8 @@ def filter_pairs(
 ) -> tuple[list[list[int]], list[list[int]], FilterReport]:
     """Encode a training corpus and drop its empty and over-long pairs.
 
-    `tokenizer` has `encode(list[str]) -> list[list[int]]`. Returns the kept
+    `tokenizer` has `encode(list[str]) -> list[list[int]]` (and
+    `encode_target` for the targets where the sides differ). Returns the kept
     pairs' source and target ids (no BOS/EOS, in corpus order) and the
     `FilterReport` of what was dropped, by line. Whether an empty result is
     an error is the caller's decision. The filter is `encode_block`'s, the
@@ -112,7 +113,12 @@ def encode_pairs(
 ) -> tuple[TokenPairs, FilterReport]:
     """`filter_pairs` as flat arrays (`TokenPairs`, held in memory); with
     `max_length=None` nothing is dropped (evaluation sets)."""
-    block = encode_corpus(tokenizer.encode, corpus, max_length=max_length)
+    block = encode_corpus(
+        tokenizer.encode,
+        corpus,
+        max_length=max_length,
+        encode_target=getattr(tokenizer, "encode_target", None),
+    )
     pairs = TokenPairs.from_lengths(
         block.source_ids, block.source_lengths, block.target_ids, block.target_lengths
     )

@@ -469,6 +469,7 @@ def _encoded(blocks: Iterator, tokenizer, tokenizer_dir: Path, options, dtype: s
             lines,
             max_length=options.max_length,
             dtype=dtype,
+            encode_target=getattr(tokenizer, "encode_target", None),
         )
         for lines, source, target in blocks
     )
@@ -509,7 +510,13 @@ def _encode_evaluation(
     out: Path,
 ) -> dict[str, Any]:
     """An evaluation split: every pair (never filtered), and its text."""
-    block = encode_corpus(tokenizer.encode, corpus, max_length=None, dtype=dtype)
+    block = encode_corpus(
+        tokenizer.encode,
+        corpus,
+        max_length=None,
+        dtype=dtype,
+        encode_target=getattr(tokenizer, "encode_target", None),
+    )
     writer = SplitWriter(staging, name, dtype, out)
     writer.append(block)
     info = writer.close()

@@ -33,10 +33,16 @@ def tokenizer_setting(*, task_default: bool = False):
     if task_default:  # train: the task decides (words for parsing).
         return setting(
             None,
-            "joint tokenizer (none: the task's, sentencepiece; words for parsing)",
+            "joint tokenizer (none: the task's, sentencepiece; words for parsing; "
+            "marian: an imported checkpoint's, given by --init-from, not learned)",
             choices=TOKENIZER_KINDS,
         )
-    return setting("sentencepiece", "joint subword tokenizer", choices=TOKENIZER_KINDS)
+    return setting(
+        "sentencepiece",
+        "joint subword tokenizer (marian: an imported checkpoint's, given by "
+        "--tokenizer-from, not learned)",
+        choices=TOKENIZER_KINDS,
+    )
 
 
 def vocab_size_setting():

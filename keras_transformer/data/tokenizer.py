@@ -83,7 +83,10 @@ from keras_transformer.utils.cpu import available_cores
 from keras_transformer.utils.optional_imports import require
 
 RESERVED_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")
-TOKENIZER_KINDS = ("sentencepiece", "wordpiece", "words")
+# The kinds a run can learn, then the one it can only be given: an imported
+# MarianMT checkpoint's (`import --from huggingface`).
+LEARNED_KINDS = ("sentencepiece", "wordpiece", "words")
+TOKENIZER_KINDS = (*LEARNED_KINDS, "marian")
 NORMALIZATIONS = ("identity", "nfkc", "nmt_nfkc")
 """SentencePiece normalisations accepted by `train_tokenizer` (module doc)."""
 _BYTE_PIECES = 256
@@ -109,8 +112,15 @@ class SubwordTokenizer:
         raise NotImplementedError
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Texts -> ragged lists of ids, without BOS/EOS."""
+        """Source texts -> ragged lists of ids, without BOS (and without EOS,
+        except where a tokenizer's model was trained with one: Marian's)."""
         raise NotImplementedError
+
+    def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
+        """Target texts -> ragged lists of ids, without BOS/EOS. The same as
+        `encode` for a joint tokenizer; Marian's splits each side with its
+        own model."""
+        return self.encode(texts)
 
     def _decode(self, ids: list[list[int]]) -> list[str]:
         raise NotImplementedError
@@ -475,8 +485,132 @@ class WordTokenizer(_VocabularyFileTokenizer):
         return [" ".join(words[i] for i in row) for row in ids]
 
 
+class MarianTokenizer(SubwordTokenizer):
+    """The tokenizer of an imported MarianMT checkpoint (the OPUS-MT family):
+    its two SentencePiece models (`source.spm` splits sources, `target.spm`
+    targets) and its vocabulary (`vocab.json`, piece -> Marian id), with the
+    ids renumbered to this package's reserved ones (`marian_ids.json`: the
+    Marian id of each of ours; `export.huggingface_import` writes it).
+
+    As Marian's own tokenizer: a leading language code (``>>fra<<``) stays
+    one piece, a piece not in the vocabulary is `<unk>`, and every source
+    ends in `</s>` (a Marian model is trained so; `encode` includes it)
+    unless `source_eos` is False: a model trained here, exported and
+    imported back, whose sources never had it. Targets (`encode_target`)
+    do not. Detokenizing joins the target pieces with the target model and
+    strips the ends, as Marian's does.
+    """
+
+    kind = "marian"
+    files = ("source.spm", "target.spm", "vocab.json", "marian_ids.json")
+
+    def __init__(
+        self,
+        source_spm: bytes,
+        target_spm: bytes,
+        vocab: dict,
+        marian_ids: list,
+        source_eos: bool = True,
+    ):
+        import sentencepiece
+
+        self.source_eos = bool(source_eos)
+        self.spm_protos = {"source.spm": source_spm, "target.spm": target_spm}
+        self._source = sentencepiece.SentencePieceProcessor(model_proto=source_spm)
+        self._target = sentencepiece.SentencePieceProcessor(model_proto=target_spm)
+        self.vocab = dict(vocab)
+        self.marian_ids = list(marian_ids)
+        pieces = {marian_id: piece for piece, marian_id in self.vocab.items()}
+        missing = [i for i in self.marian_ids if i not in pieces]
+        if missing or len(self.marian_ids) <= EOS_ID:
+            raise ValueError(
+                f"marian_ids.json names Marian ids {missing[:5]} that vocab.json "
+                "lacks (or too few ids): the files do not belong together."
+            )
+        self.pieces = [pieces[i] for i in self.marian_ids]
+        ours = {marian_id: our_id for our_id, marian_id in enumerate(self.marian_ids)}
+        if self.marian_ids[BOS_ID] == self.marian_ids[PAD_ID]:
+            # BOS is a copy of the pad row, Marian's decoder start (OPUS-MT),
+            # which no text spells; the pad piece stays PAD.
+            self.pieces[BOS_ID] = "<s>" if "<s>" not in vocab else "<decoder_start>"
+            ours[self.marian_ids[PAD_ID]] = PAD_ID
+        self._ids = {piece: ours[i] for piece, i in self.vocab.items()}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.marian_ids)
+
+    def _pieces_to_ids(self, pieces: list[str]) -> list[int]:
+        ids, unk = self._ids, self.unk_id
+        return [ids.get(piece, unk) for piece in pieces]
+
+    def _split(self, processor, text: str) -> list[str]:
+        code = []
+        if text.startswith(">>") and (end := text.find("<<")) != -1:
+            code, text = [text[: end + 2]], text[end + 2 :]
+        return code + processor.encode(text, out_type=str)
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        end = [self.eos_id] if self.source_eos else []
+        return [
+            [*self._pieces_to_ids(self._split(self._source, text)), *end]
+            for text in texts
+        ]
+
+    def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self._pieces_to_ids(self._split(self._target, t)) for t in texts]
+
+    def _decode(self, ids: list[list[int]]) -> list[str]:
+        special = {self.pad_id, self.bos_id, self.eos_id}
+        return [
+            self._target.decode_pieces(
+                [self.pieces[i] for i in row if i not in special]
+            )
+            .replace("\u2581", " ")
+            .strip()
+            for row in ids
+        ]
+
+    def id_to_piece(self, token_id: int) -> str:
+        return self.pieces[int(token_id)]
+
+    def save(self, directory: str | os.PathLike) -> None:
+        data = dict(self.spm_protos)
+        data["vocab.json"] = json.dumps(self.vocab, ensure_ascii=False).encode()
+        data["marian_ids.json"] = json.dumps(self.marian_ids).encode()
+        self._save_files(Path(directory), data, source_eos=self.source_eos)
+
+    @classmethod
+    def load(cls, directory: Path) -> MarianTokenizer:
+        contents = {}
+        for name in cls.files:
+            path = directory / name
+            if not path.is_file():
+                raise ValueError(f"{path} is missing. Import the checkpoint again.")
+            contents[name] = path.read_bytes()
+        try:
+            vocab = json.loads(contents["vocab.json"])
+            marian_ids = json.loads(contents["marian_ids.json"])
+        except ValueError as error:
+            raise ValueError(f"{directory}: unreadable vocabulary ({error}).") from None
+        meta = json.loads((directory / TOKENIZER_META_FILE).read_text("utf-8"))
+        return cls(
+            contents["source.spm"],
+            contents["target.spm"],
+            vocab,
+            marian_ids,
+            source_eos=meta.get("source_eos", True),
+        )
+
+
 _CLASSES = {
-    cls.kind: cls for cls in (SentencePieceTokenizer, WordPieceTokenizer, WordTokenizer)
+    cls.kind: cls
+    for cls in (
+        SentencePieceTokenizer,
+        WordPieceTokenizer,
+        WordTokenizer,
+        MarianTokenizer,
+    )
 }
 
 
@@ -516,7 +650,7 @@ def train_tokenizer(
     Args:
         texts: Training sentences of both languages.
         vocab_size: Vocabulary size, reserved ids included.
-        kind: One of `TOKENIZER_KINDS`.
+        kind: One of `LEARNED_KINDS`.
         sample_size: Most sentences to learn from.
         seed: Seed of the sample.
         normalization: SentencePiece only; one of `NORMALIZATIONS`, see the
@@ -533,10 +667,11 @@ def train_tokenizer(
             options with WordPiece, or a `vocab_size` SentencePiece cannot
             build (the message gives the limit).
     """
-    if kind not in _CLASSES:
+    if kind not in LEARNED_KINDS:
+        given = " (imported with a MarianMT checkpoint, never learned)"
         raise ValueError(
-            f"Unknown tokenizer kind. Expected one of {TOKENIZER_KINDS}. "
-            f"Received: kind={kind!r}"
+            f"Unknown tokenizer kind to learn. Expected one of {LEARNED_KINDS}. "
+            f"Received: kind={kind!r}{given if kind == 'marian' else ''}"
         )
     options = _sentencepiece_options(kind, normalization, byte_fallback)
     texts = list(texts)

@@ -124,7 +124,7 @@ def _encode(
 ) -> list[list[int]]:
     """Encode every text at once; refuse one that could never be met
     (`unmeetable`)."""
-    encoded = tokenizer.encode(texts) if texts else []
+    encoded = tokenizer.encode_target(texts) if texts else []
     for (number, index), text, ids in zip(places, texts, encoded):
         name = f"phrase {index}" if what == "phrase" else what
         problem = unmeetable(ids, tokenizer, allow_unk)

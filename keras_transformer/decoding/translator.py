@@ -402,7 +402,7 @@ class Translator:
         if target is None:
             target = self.translate([source])[0]
         source_ids = np.asarray([self.tokenizer.encode([source])[0]], np.int32)
-        target_ids = self.tokenizer.encode([target])[0]
+        target_ids = self.tokenizer.encode_target([target])[0]
         decoder_input = np.asarray([[self.tokenizer.bos_id, *target_ids]], np.int32)
         weights = self.model.attention_weights(source_ids, decoder_input)
         pieces = self.tokenizer.id_to_piece

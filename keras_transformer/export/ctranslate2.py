@@ -2,8 +2,10 @@
 
 The model is described with CTranslate2's own model-spec API (a
 `TransformerSpec` with this run's sizes: post-norm or pre-norm as trained,
-ReLU, the shared embedding matrix as source, target and output projection,
-and this run's positional table given row by row, since the paper's
+its feed-forward activation (ReLU, or an imported checkpoint's swish or
+GELU) and logits bias if it has one, the shared embedding matrix as source,
+target and output projection, and this run's positional table given row by
+row, since the paper's
 interleaved sinusoids are not CTranslate2's default layout), then saved next
 to the run's tokenizer. The attention `translate_batch(return_attention=True)`
 returns is the last decoder layer's cross-attention averaged over all heads,
@@ -194,7 +196,7 @@ def build_spec(model, tokenizer, max_positions: int = DEFAULT_MAX_POSITIONS):
     Raises:
         ValueError: For a model CTranslate2's Transformer cannot represent.
     """
-    from ctranslate2.specs import transformer_spec
+    from ctranslate2.specs import common_spec, transformer_spec
 
     config = model.config
     _check_representable(config, tokenizer)
@@ -202,6 +204,7 @@ def build_spec(model, tokenizer, max_positions: int = DEFAULT_MAX_POSITIONS):
         (config.num_encoder_layers, config.num_decoder_layers),
         config.num_heads,
         pre_norm=config.norm_first,
+        activation=getattr(common_spec.Activation, _CT2_ACTIVATIONS[config.activation]),
         # return_attention: last layer, mean of all heads (0), as scoring aligns.
         alignment_layer=-1,
         alignment_heads=0,
@@ -229,6 +232,12 @@ def build_spec(model, tokenizer, max_positions: int = DEFAULT_MAX_POSITIONS):
         decoder.projection.weight = target_table
     else:
         _set_linear(decoder.projection, parts.output_projection)
+    if parts.output_bias is not None:  # An imported MarianMT's logits bias.
+        bias = _numpy(parts.output_bias.bias)
+        projection_bias = getattr(decoder.projection, "bias", None)
+        if isinstance(projection_bias, np.ndarray):  # An untied projection's own.
+            bias = bias + projection_bias
+        decoder.projection.bias = bias
     spec.config.layer_norm_epsilon = float(config.layer_norm_epsilon)
     spec.config.unk_token = tokenizer.id_to_piece(tokenizer.unk_id)
     spec.config.bos_token = tokenizer.id_to_piece(tokenizer.bos_id)
@@ -238,6 +247,10 @@ def build_spec(model, tokenizer, max_positions: int = DEFAULT_MAX_POSITIONS):
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
     return spec
+
+
+# Our activation names -> CTranslate2's `common_spec.Activation` members.
+_CT2_ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
 
 
 def _check_representable(config, tokenizer) -> None:

@@ -10,7 +10,7 @@ import dataclasses
 
 from keras_transformer.utils.setting_fields import check_setting, setting
 
-FORMATS = ("savedmodel", "ctranslate2", "preset", "onnx")
+FORMATS = ("savedmodel", "ctranslate2", "preset", "onnx", "huggingface")
 #: Weight types `quantization` accepts (CTranslate2's names); None keeps float32.
 QUANTIZATIONS = (
     "int8",
@@ -25,6 +25,9 @@ QUANTIZATIONS = (
 #: Rows of the positional table: CTranslate2's default `max_input_length` plus
 #: room for the target side's extra length.
 DEFAULT_MAX_POSITIONS = 1024 + 256
+#: A MarianMT export's `max_position_embeddings`: transformers' default
+#: `model_max_length` for Marian's tokenizer.
+HF_MAX_POSITIONS = 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +44,9 @@ class ExportOptions:
         "savedmodel (TensorFlow serving, search inside), ctranslate2 (weights for "
         "CTranslate2; the search settings are recorded in export.json), preset "
         "(keras-hub's layout, for TransformerSeq2SeqLM.from_preset and --preset) "
-        "or onnx (the encoder and a cached decoder step for onnxruntime: "
-        "translate --onnx, serve --engine onnx)",
+        "onnx (the encoder and a cached decoder step for onnxruntime: "
+        "translate --onnx, serve --engine onnx) or huggingface (a MarianMT "
+        "checkpoint: transformers' MarianMTModel and MarianTokenizer load it)",
         choices=FORMATS,
     )
     quantization: str | None = setting(
@@ -55,10 +59,13 @@ class ExportOptions:
     )
     max_positions: int | None = setting(
         None,
-        "CTranslate2: rows of the sinusoidal position table, the longest source "
-        "or output it can encode",
+        "CTranslate2 and huggingface: rows of the sinusoidal position table, "
+        "the longest source or output it can encode",
         minimum=1,
-        shown_default=str(DEFAULT_MAX_POSITIONS),
+        shown_default=(
+            f"{DEFAULT_MAX_POSITIONS} for ctranslate2, "
+            f"{HF_MAX_POSITIONS} for huggingface"
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -66,8 +73,15 @@ class ExportOptions:
             check_setting(field, getattr(self, field.name))
         if self.format == "ctranslate2":
             return
-        if self.max_positions is not None:
-            raise ValueError("--max-positions applies to --format ctranslate2 only.")
+        if self.max_positions is not None and self.format != "huggingface":
+            raise ValueError(
+                "--max-positions applies to --format ctranslate2 and huggingface only."
+            )
+        if self.format == "huggingface" and self.quantization not in (None, "float32"):
+            raise ValueError(
+                "--quantization does not apply to --format huggingface (float32 "
+                "weights; transformers and CTranslate2's converter quantize them)."
+            )
         if self.format == "preset" and self.quantization not in (None, "float32"):
             raise ValueError(
                 "--quantization applies to --format ctranslate2 (its weight "

@@ -6,12 +6,17 @@ TensorFlow and `--format savedmodel` no torch.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
 
 from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, ExportOptions
+from keras_transformer.export.options import (
+    DEFAULT_MAX_POSITIONS,
+    HF_MAX_POSITIONS,
+    ExportOptions,
+)
 from keras_transformer.run.preset_files import METADATA_FILE
 
 
@@ -21,14 +26,20 @@ def export_run(
     settings: SearchSettings,
     *,
     model: str | os.PathLike | None = None,
+    command: str | None = None,
+    card: dict | None = None,
 ) -> str:
     """Write the export `options` asks for of the run in `run_dir` (its
     `model` file, else its final model) with the search `settings`; returns
     a line that says where it is and how to use it. A preset directory in
     `run_dir` is exported as the run it was made from (its model and
-    tokenizer, written to a temporary run first)."""
+    tokenizer, written to a temporary run first). `command` (the command
+    line) and `card` (fields such as "source", "training_data") go into a
+    model card."""
     if (Path(run_dir) / METADATA_FILE).is_file():
-        return _export_preset_directory(Path(run_dir), options, settings, model)
+        return _export_preset_directory(
+            Path(run_dir), options, settings, model, command
+        )
     out = options.out
     if options.format == "ctranslate2":
         from keras_transformer.export.ctranslate2 import export_ctranslate2
@@ -54,6 +65,21 @@ def export_run(
             f"ONNX graphs written to {path} (translate --onnx {path}, serve "
             f"--engine onnx --export-dir {path}; see {path}/export.json)"
         )
+    if options.format == "huggingface":
+        from keras_transformer.export.huggingface import export_huggingface
+
+        path = export_huggingface(
+            run_dir,
+            out,
+            settings,
+            model=model,
+            max_positions=options.max_positions or HF_MAX_POSITIONS,
+            card={"command": command, **(card or {})},
+        )
+        return (
+            f"MarianMT checkpoint written to {path} (MarianMTModel.from_pretrained; "
+            f"how to call it: {path}/README.md)"
+        )
     if options.format == "preset":
         from keras_transformer.export.preset import export_preset
 
@@ -72,6 +98,7 @@ def _export_preset_directory(
     options: ExportOptions,
     settings: SearchSettings,
     model: str | os.PathLike | None,
+    command: str | None,
 ) -> str:
     if model is not None:
         raise ValueError(
@@ -80,6 +107,8 @@ def _export_preset_directory(
         )
     from keras_transformer.export.preset import preset_as_run
 
+    metadata = json.loads((preset / METADATA_FILE).read_text(encoding="utf-8"))
+    card = {"source": str(preset), "training_data": metadata.get("training_data")}
     with tempfile.TemporaryDirectory(prefix="keras-transformer-preset-") as scratch:
         run = preset_as_run(preset, Path(scratch) / "run")
-        return export_run(run, options, settings)
+        return export_run(run, options, settings, command=command, card=card)

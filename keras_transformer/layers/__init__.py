@@ -6,6 +6,7 @@ from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 from keras_transformer.layers.learned_positional_embedding import (
     LearnedPositionalEmbedding,
 )
+from keras_transformer.layers.logits_bias import LogitsBias
 from keras_transformer.layers.multi_head_attention import MultiHeadAttention
 from keras_transformer.layers.scaled_dot_product_attention import (
     ScaledDotProductAttention,
@@ -21,6 +22,7 @@ __all__ = [
     "DecoderBlock",
     "EncoderBlock",
     "LearnedPositionalEmbedding",
+    "LogitsBias",
     "MultiHeadAttention",
     "PositionwiseFeedForward",
     "ScaledDotProductAttention",

@@ -23,6 +23,8 @@ class EncoderBlock(keras.layers.Layer):
         dropout_rate: float. P_drop on each sub-layer output. Defaults to 0.1.
         attention_dropout_rate: float. On attention weights. Defaults to 0.
         relu_dropout_rate: float. Inside the FFN. Defaults to 0.
+        activation: str. The FFN's: "relu" (the paper's), "swish" or
+            "gelu". Defaults to "relu".
         norm_first: bool. Pre-norm instead of post-norm. Defaults to False.
         layer_norm_epsilon: float. Defaults to 1e-6.
         kernel_initializer: Defaults to "glorot_uniform".
@@ -50,9 +52,11 @@ class EncoderBlock(keras.layers.Layer):
         layer_norm_epsilon: float = 1e-6,
         kernel_initializer="glorot_uniform",
         key_dim: int | None = None,
+        activation: str = "relu",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.activation = activation
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.intermediate_dim = intermediate_dim
@@ -84,6 +88,7 @@ class EncoderBlock(keras.layers.Layer):
         self.feed_forward = PositionwiseFeedForward(
             self.intermediate_dim,
             dropout_rate=self.relu_dropout_rate,
+            activation=self.activation,
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=policy,
             name="feed_forward",
@@ -149,6 +154,7 @@ class EncoderBlock(keras.layers.Layer):
                 "dropout_rate": self.dropout_rate,
                 "attention_dropout_rate": self.attention_dropout_rate,
                 "relu_dropout_rate": self.relu_dropout_rate,
+                "activation": self.activation,
                 "norm_first": self.norm_first,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(

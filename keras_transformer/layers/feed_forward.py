@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.config import ACTIVATIONS
 from keras_transformer.layers.utils import clone_initializer
+
+# Our names -> Keras's. "gelu" is the exact (erf) GELU, PyTorch's default.
+_KERAS_ACTIVATIONS = {"relu": "relu", "swish": "silu", "gelu": "gelu"}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
     """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike.
 
+    `activation` replaces the paper's ReLU (max(0, .)) by SiLU/swish or GELU,
+    the activations of imported MarianMT checkpoints (OPUS-MT uses swish).
+
     Args:
         intermediate_dim: int. d_ff.
         dropout_rate: float. Dropout after the ReLU (tensor2tensor's
             `relu_dropout`; 0 in the paper). Defaults to 0.
         kernel_initializer: Defaults to "glorot_uniform".
+        activation: str. "relu", "swish" (SiLU) or "gelu" (exact, erf).
+            Defaults to "relu".
 
     Call arguments:
         inputs: (B, L, D).
@@ -29,9 +38,16 @@ class PositionwiseFeedForward(keras.layers.Layer):
         intermediate_dim: int,
         dropout_rate: float = 0.0,
         kernel_initializer="glorot_uniform",
+        activation: str = "relu",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {ACTIVATIONS}. "
+                f"Received: activation={activation!r}"
+            )
+        self.activation = activation
         if not isinstance(intermediate_dim, int) or intermediate_dim < 1:
             raise ValueError(
                 "intermediate_dim must be an integer >= 1. "
@@ -48,7 +64,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         model_dim = input_shape[-1]
         self.intermediate_dense = keras.layers.Dense(
             self.intermediate_dim,
-            activation="relu",
+            activation=_KERAS_ACTIVATIONS[self.activation],
             kernel_initializer=clone_initializer(self.kernel_initializer),
             dtype=self.dtype_policy,
             name="intermediate_dense",
@@ -77,6 +93,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
             {
                 "intermediate_dim": self.intermediate_dim,
                 "dropout_rate": self.dropout_rate,
+                "activation": self.activation,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

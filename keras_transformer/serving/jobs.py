@@ -257,7 +257,7 @@ def encode_guides(job: TranslateJob, tokenizer, allow_unk: bool) -> list[tuple]:
 def _encode_guide(tokenizer, fields, texts, allow_unk: bool) -> list[list[int]]:
     from keras_transformer.decoding.constraint_files import unmeetable
 
-    encoded = tokenizer.encode(list(texts)) if texts else []
+    encoded = tokenizer.encode_target(list(texts)) if texts else []
     for field, text, ids in zip(fields, texts, encoded):
         problem = unmeetable(ids, tokenizer, allow_unk)
         if problem:

@@ -176,6 +176,65 @@ class TransformerSeq2SeqLM(TokenLossLogs, keras.Model):
             overwrite=overwrite,
         )
 
+    # -- Hugging Face --------------------------------------------------------
+
+    @classmethod
+    def from_huggingface(
+        cls, directory: str | os.PathLike, **search: Any
+    ) -> TransformerSeq2SeqLM:
+        """A MarianMT checkpoint (`transformers`' format: the OPUS-MT
+        family) from a directory on this machine (nothing is downloaded),
+        converted exactly (`export.huggingface_import`); `search` changes
+        its search settings (`beam_size=1`).
+
+        Examples:
+            >>> lm = TransformerSeq2SeqLM.from_huggingface("opus-mt-en-de")
+            >>> lm.generate("The dog sleeps.")
+        """
+        from keras_transformer.export.huggingface_import import read_marian
+
+        model, tokenizer, settings = read_marian(directory)
+        return cls(
+            model,
+            TransformerPreprocessor(tokenizer),
+            settings.replace(**search),
+            training_data=f"imported MarianMT checkpoint {Path(directory).resolve()}",
+        )
+
+    def save_to_huggingface(
+        self, directory: str | os.PathLike, *, max_positions: int = 512
+    ) -> Path:
+        """Write a MarianMT checkpoint that `transformers` loads
+        (`MarianMTModel`, `MarianTokenizer`): whole or not at all, checked
+        against this model's logits when `transformers` is installed
+        (`export.huggingface`; what differs is in its README.md)."""
+        from keras_transformer.export.huggingface import save_huggingface
+
+        self._need_preprocessor("save_to_huggingface")
+        return save_huggingface(
+            self.backbone,
+            self.tokenizer,
+            directory,
+            self.search_settings,
+            max_positions,
+            card={"training_data": self.training_data},
+        )
+
+    def logits(self, source_ids, decoder_input_ids):
+        """Teacher-forced logits, the way a conversion is checked: (B, S)
+        source ids and (B, T) decoder input ids (BOS, then the target's
+        ids; PAD 0 after both) -> (B, T, V) float32 logits, one row per
+        decoder position for the next token. Ids are this package's
+        (`tokenizer.encode`, `tokenizer.encode_target`); an imported
+        checkpoint's tokenizer maps them to Marian's with `marian_ids`."""
+        return self.backbone(
+            {
+                "source_ids": keras.ops.convert_to_tensor(source_ids, "int32"),
+                "target_ids": keras.ops.convert_to_tensor(decoder_input_ids, "int32"),
+            },
+            training=False,
+        )
+
     # -- training ----------------------------------------------------------
 
     def compile(

@@ -13,6 +13,7 @@ from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data import tokenizer as tokenizer_module
 from keras_transformer.data.text_files import DataError
 from keras_transformer.data.tokenizer import (
+    LEARNED_KINDS,
     NORMALIZATIONS,
     RESERVED_TOKENS,
     TOKENIZER_KINDS,
@@ -76,7 +77,7 @@ def normalised(text):
 # --- shared interface ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+@pytest.mark.parametrize("kind", LEARNED_KINDS)
 def test_tokenize_returns_padded_int32_and_lengths(kind, request):
     tok = request.getfixturevalue(kind)
     assert tok.kind == kind
@@ -94,7 +95,7 @@ def test_tokenize_returns_padded_int32_and_lengths(kind, request):
     assert lengths.min() < lengths.max()  # Padding really happened.
 
 
-@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+@pytest.mark.parametrize("kind", LEARNED_KINDS)
 def test_tokenize_add_eos(kind, request):
     tok = request.getfixturevalue(kind)
     ids, lengths = tok.tokenize(SAMPLES, add_eos=True)
@@ -104,7 +105,7 @@ def test_tokenize_add_eos(kind, request):
         assert row[n - 1] == EOS_ID
 
 
-@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+@pytest.mark.parametrize("kind", LEARNED_KINDS)
 def test_empty_batch_and_empty_text(kind, request):
     tok = request.getfixturevalue(kind)
     ids, lengths = tok.tokenize([])
@@ -115,7 +116,7 @@ def test_empty_batch_and_empty_text(kind, request):
     assert tok.detokenize(ids)[0] == ""
 
 
-@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+@pytest.mark.parametrize("kind", LEARNED_KINDS)
 def test_detokenize_round_trips(kind, request):
     tok = request.getfixturevalue(kind)
     texts = SAMPLES + ["  the   man \t sees  the river "]
@@ -130,7 +131,7 @@ def test_detokenize_round_trips(kind, request):
         assert decoded == texts
 
 
-@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+@pytest.mark.parametrize("kind", LEARNED_KINDS)
 def test_detokenize_stops_at_eos_and_ignores_pad_and_bos(kind, request):
     tok = request.getfixturevalue(kind)
     first = tok.encode(["two dogs"])[0]
@@ -145,7 +146,7 @@ def test_detokenize_stops_at_eos_and_ignores_pad_and_bos(kind, request):
     assert tok.detokenize(np.array([[EOS_ID, *first]])) == [""]
 
 
-@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+@pytest.mark.parametrize("kind", LEARNED_KINDS)
 def test_save_and_load_round_trip(kind, request, tmp_path):
     tok = request.getfixturevalue(kind)
     tok.save(tmp_path / "tokenizer")
@@ -199,7 +200,7 @@ def test_unreadable_tokenizer_json_names_the_file(sentencepiece, tmp_path):
         load_tokenizer(tmp_path)
 
 
-@pytest.mark.parametrize("kind", TOKENIZER_KINDS)
+@pytest.mark.parametrize("kind", LEARNED_KINDS)
 def test_training_is_deterministic(kind, request):
     tok = request.getfixturevalue(kind)
     again = train_tokenizer(TEXTS, VOCAB_SIZE[kind], kind=kind)
@@ -217,8 +218,10 @@ def test_empty_text_raises(texts):
 def test_unknown_kind_lists_kinds():
     with pytest.raises(ValueError, match="bpe") as info:
         train_tokenizer(TEXTS, 50, kind="bpe")
-    for kind in TOKENIZER_KINDS:
+    for kind in LEARNED_KINDS:
         assert kind in str(info.value)
+    with pytest.raises(ValueError, match="imported with a MarianMT checkpoint"):
+        train_tokenizer(TEXTS, 50, kind="marian")
 
 
 def test_sample_size_draws_a_seeded_sample(monkeypatch):

@@ -11,7 +11,11 @@ import re
 import pytest
 
 from keras_transformer.cli import build_parser, main
-from keras_transformer.export.options import DEFAULT_MAX_POSITIONS, ExportOptions
+from keras_transformer.export.options import (
+    DEFAULT_MAX_POSITIONS,
+    HF_MAX_POSITIONS,
+    ExportOptions,
+)
 
 pytestmark = pytest.mark.backend_neutral
 
@@ -53,7 +57,10 @@ def test_out_is_required_and_the_help_shows_the_real_defaults(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["export", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert f"(default: {DEFAULT_MAX_POSITIONS})" in text
+    assert (
+        f"(default: {DEFAULT_MAX_POSITIONS} for ctranslate2, {HF_MAX_POSITIONS} "
+        "for huggingface)"
+    ) in text
     assert "(default: float32)" in text
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -52,3 +54,33 @@ def test_relu_dropout_only_in_training():
 def test_invalid_intermediate_dim(intermediate_dim):
     with pytest.raises(ValueError, match="intermediate_dim"):
         PositionwiseFeedForward(intermediate_dim)
+
+
+@pytest.mark.parametrize(
+    ("activation", "closed_form"),
+    [
+        ("swish", lambda h: h / (1.0 + np.exp(-h))),
+        # The exact GELU, x * Phi(x), as PyTorch's default (Marian's "gelu").
+        ("gelu", lambda h: 0.5 * h * (1.0 + np.vectorize(math.erf)(h / math.sqrt(2)))),
+    ],
+)
+def test_an_imported_checkpoints_activation_matches_its_closed_form(
+    activation, closed_form, tmp_path
+):
+    inputs = np.random.default_rng(4).normal(size=(2, 4, 16)).astype("float32")
+    assert_layer_contract(
+        PositionwiseFeedForward,
+        {"intermediate_dim": 32, "activation": activation},
+        [inputs],
+        tmp_path=tmp_path,
+    )
+    layer = PositionwiseFeedForward(32, activation=activation)
+    output = to_numpy(layer(inputs))
+    w1, b1, w2, b2 = layer.get_weights()
+    expected = closed_form((inputs @ w1 + b1).astype("float64")) @ w2 + b2
+    np.testing.assert_allclose(output, expected, atol=1e-5)
+
+
+def test_an_unknown_activation_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match=r"activation must be one of .*'swish'"):
+        PositionwiseFeedForward(32, activation="gelu_new")

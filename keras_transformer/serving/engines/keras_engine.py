@@ -219,7 +219,8 @@ class KerasEngine(Engine):
         from keras_transformer.decoding.batching import pad_batch
 
         tokenizer = self.tokenizer
-        source_ids, target_ids = tokenizer.encode([source, translation])
+        (source_ids,) = tokenizer.encode([source])
+        (target_ids,) = tokenizer.encode_target([translation])
         decoder_input = [tokenizer.bos_id, *target_ids]
         longest = max(len(source_ids), len(decoder_input))
         length = padded_length(longest, self.attention_limit)
