@@ -112,6 +112,8 @@ def _assert_names(error, field, value):
         ("dropout_rate", "0.1"),
         ("share_embeddings", 1),
         ("norm_first", "yes"),
+        ("activation", "gelu_new"),
+        ("output_bias", 1),
     ],
 )
 def test_invalid_value_names_field_and_value(field, value):

@@ -250,11 +250,20 @@ def test_layers_by_role(model):
         assert tuple(tensor.shape) == (None, None)
 
 
-def test_save_and_load_keras_file(tmp_path):
-    config = small_config(
-        norm_first=True, position_encoding="learned", attention_window=3
-    )
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"norm_first": True, "position_encoding": "learned", "attention_window": 3},
+        # An imported MarianMT's (OPUS-MT): swish and a logits bias.
+        {"activation": "swish", "output_bias": True},
+    ],
+)
+def test_save_and_load_keras_file(tmp_path, options):
+    config = small_config(**options)
     original = build_transformer(config)
+    if config.output_bias:  # Not zero, so that it is seen to load.
+        bias = original.get_layer("output_bias").bias
+        bias.assign(np.linspace(-1.0, 1.0, config.vocab_size, dtype="float32"))
     path = tmp_path / "model.keras"
     original.save(path)
     loaded = keras.saving.load_model(path)

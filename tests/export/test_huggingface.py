@@ -344,3 +344,42 @@ def test_both_ctranslate2_routes_translate_as_we_do(marian_dir, imported, tmp_pa
         ids = [[marian_to_ours[m] for m in row] for row in outputs]
         words = [text.split() for text in tokenizer.detokenize(pad_batch(ids))]
         assert words == expected, directory
+
+
+@neutral
+def test_lora_fine_tunes_an_import_and_the_run_exports_back(marian_dir, tmp_path):
+    """`train --init-from PRESET --lora-rank 2` on an imported checkpoint: the
+    text is split with its SentencePiece models, the projections change,
+    the logits bias (Marian's buffer) does not, and the run exports back."""
+    from keras_transformer.export.huggingface import export_huggingface
+    from keras_transformer.training import train
+    from tests.helpers import training_options, write_training_corpus
+
+    preset = import_huggingface(marian_dir, tmp_path / "preset")
+    (tmp_path / "corpus").mkdir()
+    files = write_training_corpus(tmp_path / "corpus")
+    options = training_options(
+        tmp_path / "run",
+        files,
+        overrides={},
+        vocab_size=4000,
+        init_from=str(preset),
+        lora_rank=2,
+        max_steps=8,
+    )
+    train(options)
+    before, _, _ = read_marian(marian_dir)
+    after = RunDirectory(tmp_path / "run").open_for_inference(None, load_model=True)
+    assert after.tokenizer.kind == "marian"
+
+    def weight(model, path):
+        return next(to_numpy(w) for w in model.weights if w.path == path)
+
+    query = "encoder_block_0/self_attention/query_projection/kernel"
+    changed = weight(after.model, query) - weight(before, query)
+    assert np.abs(changed).max() > 0 and np.linalg.matrix_rank(changed) <= 2
+    bias = "output_bias/bias"
+    np.testing.assert_array_equal(weight(after.model, bias), weight(before, bias))
+    out = export_huggingface(tmp_path / "run", tmp_path / "hf")
+    differences = json.loads((out / "export.json").read_text())
+    assert differences["transformers_logits_difference"]["conversion"] <= 1e-4
