@@ -383,3 +383,29 @@ def test_lora_fine_tunes_an_import_and_the_run_exports_back(marian_dir, tmp_path
     out = export_huggingface(tmp_path / "run", tmp_path / "hf")
     differences = json.loads((out / "export.json").read_text())
     assert differences["transformers_logits_difference"]["conversion"] <= 1e-4
+
+
+@neutral
+def test_a_pytorch_bin_checkpoint_with_stored_positions_imports_alike(
+    marian_dir, theirs, tmp_path
+):
+    """Older OPUS-MT uploads: `pytorch_model.bin`, the sinusoid stored with
+    the weights (checked to be Marian's, as `transformers` computes it)."""
+    from keras_transformer.export.marian_layout import marian_position_table
+
+    marian, _ = theirs
+    copy = tmp_path / "bin"
+    shutil.copytree(marian_dir, copy)
+    (copy / "model.safetensors").unlink()
+    state = {k: v.clone() for k, v in marian.state_dict().items()}
+    table = marian.model.encoder.embed_positions.weight.detach().numpy()
+    np.testing.assert_allclose(marian_position_table(*table.shape), table, atol=1e-6)
+    state["model.encoder.embed_positions.weight"] = torch.as_tensor(table)
+    torch.save(state, copy / "pytorch_model.bin")
+    model, tokenizer, _ = read_marian(copy)
+    ours, expected = both_logits(model, tokenizer, marian, TEXTS, TARGETS)
+    np.testing.assert_allclose(ours, expected, atol=1e-4)
+    state["model.encoder.embed_positions.weight"] = torch.as_tensor(table[::-1].copy())
+    torch.save(state, copy / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="not Marian's sinusoidal table"):
+        read_marian(copy)
