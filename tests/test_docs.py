@@ -41,13 +41,18 @@ SERVING_SNIPPETS = [code for _, code in ALL_SNIPPETS if "tf.saved_model.load" in
 CTRANSLATE2_SNIPPETS = [
     code for _, code in ALL_SNIPPETS if "import ctranslate2" in code
 ]
+# These need MarianMT checkpoints and exports on disk:
+# tests/export/test_huggingface.py runs them.
+HUGGINGFACE_SNIPPETS = [
+    code for where, code in ALL_SNIPPETS if where.startswith("docs/huggingface.md")
+]
 # A block repeated word for word (the README's quick start is also the
 # quick start page's) runs once, under its first place.
 SNIPPETS = list(
     {
         code: (where, code)
         for where, code in reversed(ALL_SNIPPETS)
-        if code not in SERVING_SNIPPETS + CTRANSLATE2_SNIPPETS
+        if code not in SERVING_SNIPPETS + CTRANSLATE2_SNIPPETS + HUGGINGFACE_SNIPPETS
     }.values()
 )[::-1]
 

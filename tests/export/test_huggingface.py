@@ -409,3 +409,25 @@ def test_a_pytorch_bin_checkpoint_with_stored_positions_imports_alike(
     torch.save(state, copy / "pytorch_model.bin")
     with pytest.raises(ValueError, match="not Marian's sinusoidal table"):
         read_marian(copy)
+
+
+@neutral
+def test_the_docs_snippets_run_as_written(
+    marian_dir, trained_run, tmp_path, monkeypatch, capsys
+):
+    """docs/huggingface.md's Python blocks, in a directory holding what they
+    name: an OPUS-MT-like checkpoint, a preset, an export of a trained run."""
+    from keras_transformer.export.huggingface import export_huggingface
+    from keras_transformer.export.preset import export_preset
+    from tests.test_docs import HUGGINGFACE_SNIPPETS
+
+    assert len(HUGGINGFACE_SNIPPETS) == 4
+    (tmp_path / "opus-mt-en-de").symlink_to(marian_dir)
+    export_preset(trained_run, tmp_path / "presets" / "mine", SearchSettings())
+    export_huggingface(trained_run, tmp_path / "hf-tiny")
+    monkeypatch.chdir(tmp_path)
+    for number, code in enumerate(HUGGINGFACE_SNIPPETS, start=1):
+        exec(compile(code, f"docs/huggingface.md block {number}", "exec"), {})
+    printed = capsys.readouterr().out.split()
+    assert (tmp_path / "hf-mine" / "model.safetensors").is_file()
+    assert float(printed[-1]) < 1e-4  # The conversion check's difference.
