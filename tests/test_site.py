@@ -117,6 +117,18 @@ def test_the_site_description_has_no_straight_double_quote():
     assert block and '"' not in block.group(1)
 
 
+def test_the_home_page_says_what_the_readme_says():
+    """The README's opening paragraph (what the project does) is the home
+    page's, word for word, so the two cannot drift apart."""
+
+    def opening(path: Path) -> str:
+        text = path.read_text(encoding="utf-8")
+        start = text.index("The Transformer of")
+        return " ".join(text[start : text.index("\n\n", start)].split())
+
+    assert opening(ROOT / "docs" / "index.md") == opening(ROOT / "README.md")
+
+
 # --- the built site -------------------------------------------------------
 
 
