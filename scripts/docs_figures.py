@@ -1,11 +1,16 @@
 """Draws the documentation's figures into docs/figures/ with `keras_transformer.plots`.
 
-The positional encoding and the schedules need nothing else; the training
+The positional encoding, the schedules, the architecture (the `base` model,
+built untrained) and the serving pipeline need nothing else; the training
 curve and the attention heads are those of a trained run (`--run-dir`, the
 Multi30k `small` recipe of docs/results.md; its test split's first sentence
 is the one drawn). Rerun after a change to the plots or the recipe:
 
     python scripts/docs_figures.py --run-dir runs/m30k
+
+or redraw some of the figures that need no run, by name:
+
+    python scripts/docs_figures.py --only architecture serving
 """
 
 from __future__ import annotations
@@ -44,6 +49,38 @@ def schedules() -> None:
     save(plots.learning_rates(compared, steps, title=title), "fine-tune-schedules.png")
 
 
+def architecture() -> None:
+    """The paper's Figure 1 as this package builds it: the base model with
+    EN-DE's shared vocabulary of 37,000 tokens (§5.1)."""
+    from keras_transformer import plots
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_transformer
+
+    model = build_transformer(TransformerConfig.preset("base", vocab_size=37000))
+    save(plots.architecture(model), "architecture.png")
+
+
+def serving() -> None:
+    from keras_transformer import plots
+
+    save(plots.serving_pipeline(), "serving.png")
+
+
+def positional_encoding() -> None:
+    from keras_transformer import plots
+
+    save(plots.positional_encoding(), "positional-encoding.png")
+
+
+# The figures drawn without a run, by name (`--only`), in the order drawn.
+WITHOUT_A_RUN = {
+    "positional-encoding": positional_encoding,
+    "schedules": schedules,
+    "architecture": architecture,
+    "serving": serving,
+}
+
+
 def trained_run(run_dir: Path) -> None:
     from keras_transformer import plots
     from keras_transformer.decoding.translator import Translator
@@ -65,12 +102,18 @@ def trained_run(run_dir: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", type=Path, help="a trained run")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(WITHOUT_A_RUN),
+        help="draw only these of the figures that need no run (default: all); "
+        "the run's are drawn with --run-dir",
+    )
     args = parser.parse_args()
-    from keras_transformer import plots
 
     FIGURES.mkdir(exist_ok=True)
-    save(plots.positional_encoding(), "positional-encoding.png")
-    schedules()
+    for name in args.only or WITHOUT_A_RUN:
+        WITHOUT_A_RUN[name]()
     if args.run_dir:
         trained_run(args.run_dir)
 

@@ -132,3 +132,85 @@ def test_constituency_tree_draws_every_label_and_word(tmp_path):
     # One line from each node to each child: 3 + 2 + 1 + 1 + 2 + 1 + 1 + 1 + 1.
     assert len(figure.axes[0].lines) == 13
     renders(figure, tmp_path)
+
+
+def _transformer(**overrides):
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.model import build_transformer
+
+    config = TransformerConfig.preset("tiny", vocab_size=100, **overrides)
+    return build_transformer(config)
+
+
+def _texts(figure: Figure) -> list[str]:
+    return [text.get_text() for text in figure.axes[0].texts]
+
+
+def _heights(figure: Figure, starts: str) -> list[float]:
+    """The heights of the texts that start with `starts`, the encoder's
+    (left) first."""
+    found = [t for t in figure.axes[0].texts if t.get_text().startswith(starts)]
+    return [
+        t.get_position()[1] for t in sorted(found, key=lambda t: t.get_position()[0])
+    ]
+
+
+def test_architecture_names_the_models_own_layers_and_n(tmp_path):
+    model = _transformer(num_encoder_layers=3, num_decoder_layers=1)
+    figure = plots.architecture(model)
+    drawn = "\n".join(_texts(figure))
+    block = model.decoder_blocks[0]
+    for role in ("self_attention", "cross_attention", "feed_forward"):
+        assert f"{role}: {type(getattr(block, role)).__name__}" in drawn
+        assert f"{role}_norm: LayerNormalization" in drawn
+    for side in ("source", "target"):
+        assert f"{side}_embedding: ScaledEmbedding" in drawn
+        assert f"{side}_position:\nSinusoidalPositionalEncoding" in drawn
+    assert "N = 3" in drawn and "N = 1" in drawn  # Each stack its own N.
+    assert "h = 4" in drawn and "d_ff = 256, relu" in drawn
+    # Post-norm, the paper's: each norm after its sub-layer's sum.
+    assert drawn.count("Add & Norm") == 2 + 3
+    assert "encoder_norm" not in drawn and "decoder_norm" not in drawn
+    sublayers = _heights(figure, "self_attention: ")
+    norms = _heights(figure, "Add & Norm\nself_attention_norm")
+    assert len(sublayers) == len(norms) == 2  # The encoder's and the decoder's.
+    assert all(sublayer < norm for sublayer, norm in zip(sublayers, norms))
+    assert "reverse=True (tied)" in drawn  # The preset ties the projection.
+    renders(figure, tmp_path)
+
+
+def test_architecture_draws_pre_norm_and_an_own_projection(tmp_path):
+    model = _transformer(norm_first=True, tie_output_projection=False, output_bias=True)
+    figure = plots.architecture(model)
+    drawn = "\n".join(_texts(figure))
+    # Pre-norm: each norm before its sub-layer, and a final norm per stack.
+    assert "Add & Norm" not in drawn
+    sublayers = _heights(figure, "self_attention: ")
+    norms = _heights(figure, "Norm\nself_attention_norm")
+    assert len(sublayers) == len(norms) == 2
+    assert all(norm < sublayer for sublayer, norm in zip(sublayers, norms))
+    assert "encoder_norm: LayerNormalization" in drawn
+    assert "decoder_norm: LayerNormalization" in drawn
+    assert "Pre-norm" in drawn
+    assert "output_projection: Dense" in drawn and "output_bias: LogitsBias" in drawn
+    assert "tied" not in drawn
+    renders(figure, tmp_path)
+
+
+def test_architecture_refuses_what_is_not_a_transformer():
+    with pytest.raises(TypeError, match="build_transformer"):
+        plots.architecture(object())
+
+
+def test_serving_pipeline_names_every_engine_and_route(tmp_path):
+    from keras_transformer.serving.options import ENGINES
+
+    figure = plots.serving_pipeline()
+    assert sorted(plots.SERVING_ENGINES) == sorted(ENGINES)
+    texts = _texts(figure)
+    for engine in ENGINES:
+        assert any(text.startswith(f"{engine}\n") for text in texts), engine
+    drawn = "\n".join(texts)
+    for part in ("/v1/translate", "/readyz 200", "batcher.py", "warm-up", "Guard"):
+        assert part in drawn
+    renders(figure, tmp_path)
