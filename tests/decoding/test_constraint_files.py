@@ -76,6 +76,8 @@ def test_a_phrase_of_no_piece_or_a_tabbed_prefix_is_refused(tmp_path):
         def encode(self, texts):
             return [[7 for word in text.split() if word != "-"] for text in texts]
 
+        encode_target = encode  # Phrases are target text.
+
     path = write(tmp_path / "terms.txt", "tree\t-\n")
     with pytest.raises(DataError, match=r"terms\.txt:1: phrase 2 \('-'\) .* no piece"):
         read_constraints(path, 1, Dropping())
