@@ -12,6 +12,10 @@ import os
 # ran 7x faster with one. Child processes (the CLI tests) inherit it.
 if os.environ.get("KERAS_BACKEND") == "torch":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Nothing is downloaded at run time: `transformers` given a path that does not
+# exist asks the Hugging Face Hub, and without a network each call waited out
+# its timeouts (280 s for one snippet); offline, it fails at once.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
