@@ -647,6 +647,50 @@ SERVING_ENGINES = {
 }
 
 
+# The boxes down the middle of `serving_pipeline`, a request's path: (text,
+# colour).
+_REQUEST_PATH = (
+    ("HTTP client\ncurl, a service, the demo page at /", "plain"),
+    ("uvicorn with h11_connection (server.py)\nheader timeout, keep-alive", "plain"),
+    (
+        "Middleware (observability.py, guards.py)\nRequestLog: request id, log "
+        "line, metrics\nGuard: Host, Origin, API key; CORS",
+        "plain",
+    ),
+    (
+        "FastAPI app (app.py)\nPOST /v1/translate · /v1/attention · GET /v1/info"
+        "\n/healthz · /readyz · /metrics · / (demo page)",
+        "attention",
+    ),
+    (
+        "Checks and limits (schema.py, jobs.py)\ntoo many texts, characters or "
+        "tokens: 413\na setting not allowed: 422; warming up: 503",
+        "attention",
+    ),
+    ("Sentence splitting (documents.py)\nsplit_sentences: sentencex", "attention"),
+    (
+        "Dynamic batcher (batcher.py)\n"
+        "texts queue up: at most --max-queue, then 503\n"
+        "a batch: same settings, ≤ --max-batch-size texts,\n"
+        "the oldest waiting ≤ --max-wait-ms; --workers at once",
+        "feed_forward",
+    ),
+)
+# The boxes on the right of `serving_pipeline`: start-up and shutdown.
+_START_UP = (
+    ("open_engine: load the\nrun, preset or export", "plain"),
+    ("socket listens: /healthz 200,\n/readyz 503 + Retry-After", "plain"),
+    (
+        "warm-up on a batcher worker:\nevery allowed search, every\nbatch "
+        "shape (--warmup-tokens)",
+        "feed_forward",
+    ),
+    ("/readyz 200: ready", "softmax"),
+    ("SIGTERM: the requests in\nflight finish, then exit 0", "plain"),
+)
+_METRICS = "GET /metrics (Prometheus):\nrequests, queue, batches,\nwarm-up, compiles"
+
+
 def serving_pipeline() -> Figure:
     """How `keras-transformer serve` answers a request (serving/).
 
@@ -660,41 +704,46 @@ def serving_pipeline() -> Figure:
     """
     figure, axis = _diagram()
     left, width = 0.55, 4.9
-    steps = [
-        ("HTTP client\ncurl, a service, the demo page at /", "plain"),
-        (
-            "uvicorn with h11_connection (server.py)\nheader timeout, keep-alive",
-            "plain",
-        ),
-        (
-            "Middleware (observability.py, guards.py)\nRequestLog: request id, log "
-            "line, metrics\nGuard: Host, Origin, API key; CORS",
-            "plain",
-        ),
-        (
-            "FastAPI app (app.py)\nPOST /v1/translate · /v1/attention · GET /v1/info"
-            "\n/healthz · /readyz · /metrics · / (demo page)",
-            "attention",
-        ),
-        (
-            "Checks and limits (schema.py, jobs.py)\ntoo many texts, characters or "
-            "tokens: 413\na setting not allowed: 422; warming up: 503",
-            "attention",
-        ),
-        ("Sentence splitting (documents.py)\nsplit_sentences: sentencex", "attention"),
-        (
-            "Dynamic batcher (batcher.py)\n"
-            "texts queue up: at most --max-queue, then 503\n"
-            "a batch: same settings, ≤ --max-batch-size texts,\n"
-            "the oldest waiting ≤ --max-wait-ms; --workers at once",
-            "feed_forward",
-        ),
-    ]
-    placed = _column_down(axis, left + width / 2, width, -0.2, steps)
+    placed = _column_down(axis, left + width / 2, width, -0.2, _REQUEST_PATH)
     top = placed[-1][1] - _GAP
     _arrow(axis, (left + width / 2, placed[-1][1]), (left + width / 2, top))
+    engines, bottom = _engines(axis, left, width, top)
+    _answers_back(axis, left, engines, (placed[0][0] + placed[0][1]) / 2)
 
-    # The engines: one `run_batch` call per batch, whichever --engine runs.
+    # The start-up, on the right: nothing is translated before the warm-up.
+    side, side_width = left + width + 0.55, 3.05
+    axis.text(
+        side + side_width / 2,
+        placed[1][0] + 0.2,
+        "Start-up and shutdown (server.py)",
+        ha="center",
+        va="center",
+        fontsize=_FONT,
+    )
+    started = _column_down(
+        axis, side + side_width / 2, side_width, placed[1][0], _START_UP
+    )
+    # The warm-up runs the engine's searches as a batch would (dashed: once,
+    # before the first request).
+    warm, corridor = sum(started[2]) / 2, left + width + 0.27
+    _arrow(
+        axis,
+        (side, warm),
+        (corridor, warm),
+        (corridor, engines),
+        (left + width, engines),
+        dashed=True,
+    )
+    _column_down(
+        axis, side + side_width / 2, side_width, bottom + 0.8, [(_METRICS, "plain")]
+    )
+    _fit(figure, axis, (0, side + side_width + 0.1), (bottom - 0.15, 0))
+    return figure
+
+
+def _engines(axis, left: float, width: float, top: float) -> tuple[float, float]:
+    """The engines, one `run_batch` call per batch whichever --engine runs,
+    in a region from `top` down; its middle and bottom heights."""
     cell = ((width - 0.45) / 2, 0.62)
     region = 0.42 + 2 * cell[1] + 0.3
     _region(axis, left, top - region, width, region)
@@ -711,11 +760,11 @@ def serving_pipeline() -> Figure:
         x = left + 0.15 + cell[0] / 2 + column * (cell[0] + 0.15)
         y = top - 0.42 - cell[1] / 2 - row * (cell[1] + 0.15)
         _box(axis, x, y, *cell, f"{name}\n{runs}", _COLOURS["projection"])
-    engines = top - region / 2
-    bottom = top - region
+    return top - region / 2, top - region
 
-    # The answers go back up on the left, past every layer they came down.
-    client = (placed[0][0] + placed[0][1]) / 2
+
+def _answers_back(axis, left: float, engines: float, client: float) -> None:
+    """The answers go back up on the left, past every layer they came down."""
     back = 0.25
     _arrow(axis, (left, engines), (back, engines), (back, client), (left, client))
     axis.text(
@@ -728,47 +777,6 @@ def serving_pipeline() -> Figure:
         fontsize=_FONT,
         bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
     )
-
-    # The start-up, on the right: nothing is translated before the warm-up.
-    side, side_width = left + width + 0.55, 3.05
-    start = [
-        ("open_engine: load the\nrun, preset or export", "plain"),
-        ("socket listens: /healthz 200,\n/readyz 503 + Retry-After", "plain"),
-        (
-            "warm-up on a batcher worker:\nevery allowed search, every\nbatch "
-            "shape (--warmup-tokens)",
-            "feed_forward",
-        ),
-        ("/readyz 200: ready", "softmax"),
-        ("SIGTERM: the requests in\nflight finish, then exit 0", "plain"),
-    ]
-    axis.text(
-        side + side_width / 2,
-        placed[1][0] + 0.2,
-        "Start-up and shutdown (server.py)",
-        ha="center",
-        va="center",
-        fontsize=_FONT,
-    )
-    started = _column_down(axis, side + side_width / 2, side_width, placed[1][0], start)
-    # The warm-up runs the engine's searches as a batch would (dashed: once,
-    # before the first request).
-    warm = sum(started[2]) / 2
-    corridor = left + width + 0.27
-    _arrow(
-        axis,
-        (side, warm),
-        (corridor, warm),
-        (corridor, engines),
-        (left + width, engines),
-        dashed=True,
-    )
-    metrics = "GET /metrics (Prometheus):\nrequests, queue, batches,\nwarm-up, compiles"
-    _column_down(
-        axis, side + side_width / 2, side_width, bottom + 0.8, [(metrics, "plain")]
-    )
-    _fit(figure, axis, (0, side + side_width + 0.1), (bottom - 0.15, 0))
-    return figure
 
 
 def _column_down(axis, x: float, width: float, top: float, steps) -> list:
