@@ -571,9 +571,20 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from keras_transformer.export.huggingface_import import import_huggingface
+    from keras_transformer.decoding.opening import open_huggingface
+    from keras_transformer.decoding.settings import SearchSettings
+    from keras_transformer.run.preset_files import write_preset
 
-    path = import_huggingface(args.directory, args.out, overwrite=args.overwrite)
+    backbone, checkpoint = open_huggingface(args.directory)
+    path = write_preset(
+        args.out,
+        backbone,
+        checkpoint.tokenizer,
+        {},
+        SearchSettings(**checkpoint.search).to_dict(),
+        training_data=f"imported MarianMT checkpoint {Path(args.directory).resolve()}",
+        overwrite=args.overwrite,
+    )
     print(
         f"Preset written to {path} (translate --preset {path}, "
         "TransformerSeq2SeqLM.from_preset)"

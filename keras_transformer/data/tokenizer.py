@@ -490,7 +490,7 @@ class MarianTokenizer(SubwordTokenizer):
     its two SentencePiece models (`source.spm` splits sources, `target.spm`
     targets) and its vocabulary (`vocab.json`, piece -> Marian id), with the
     ids renumbered to this package's reserved ones (`marian_ids.json`: the
-    Marian id of each of ours; `export.huggingface_import` writes it).
+    Marian id of each of ours; `run.huggingface_import` makes it).
 
     As Marian's own tokenizer: a leading language code (``>>fra<<``) stays
     one piece, a piece not in the vocabulary is `<unk>`, and every source

@@ -116,6 +116,20 @@ def open_model(
     )
 
 
+def open_huggingface(directory: str | os.PathLike):
+    """A local MarianMT checkpoint (transformers' format, OPUS-MT) as this
+    package's model, built and loaded (`run.huggingface_import`): (the
+    `Transformer`, the `MarianCheckpoint` with its tokenizer and search
+    fields). Nothing is downloaded."""
+    from keras_transformer.model import build_transformer
+    from keras_transformer.run.huggingface_import import read_marian
+
+    checkpoint = read_marian(directory)
+    backbone = build_transformer(checkpoint.config)
+    checkpoint.load_into(backbone)
+    return backbone, checkpoint
+
+
 def _open_preset(path, settings, quantize, model, ensemble) -> OpenedModel:
     from keras_transformer.model import build_transformer
 

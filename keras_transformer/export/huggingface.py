@@ -51,10 +51,10 @@ import numpy as np
 from keras_transformer.config import BOS_ID
 from keras_transformer.decoding.settings import SearchSettings, search_settings
 from keras_transformer.export.common import check_out, export_record, open_run
-from keras_transformer.export.marian_layout import MarianIds, to_marian
 from keras_transformer.export.options import HF_MAX_POSITIONS
 from keras_transformer.export.preset import training_data
 from keras_transformer.export.reading import EXPORT_INFO
+from keras_transformer.run.marian_layout import MarianIds, to_marian
 from keras_transformer.run.preset_files import weights_bytes
 from keras_transformer.utils.atomic_files import atomic_directory
 from keras_transformer.utils.optional_imports import install_command
@@ -392,12 +392,13 @@ def check_with_transformers(directory: Path, model, tokenizer) -> dict | None:
 
 
 def _with_epsilon(model, epsilon: float):
-    """`model` itself, or a copy of it whose layer norms use `epsilon`."""
+    """`model` itself, or a copy of it (its own class, from its config) whose
+    layer norms use `epsilon`."""
     if model.config.layer_norm_epsilon == epsilon:
         return model
-    from keras_transformer.model import build_transformer
-
-    copy = build_transformer(model.config.replace(layer_norm_epsilon=epsilon))
+    config = model.get_config()
+    config["config"] = {**config["config"], "layer_norm_epsilon": epsilon}
+    copy = type(model).from_config(config)
     copy.set_weights(model.get_weights())
     return copy
 

@@ -184,20 +184,20 @@ class TransformerSeq2SeqLM(TokenLossLogs, keras.Model):
     ) -> TransformerSeq2SeqLM:
         """A MarianMT checkpoint (`transformers`' format: the OPUS-MT
         family) from a directory on this machine (nothing is downloaded),
-        converted exactly (`export.huggingface_import`); `search` changes
+        converted exactly (`decoding.opening.open_huggingface`); `search` changes
         its search settings (`beam_size=1`).
 
         Examples:
             >>> lm = TransformerSeq2SeqLM.from_huggingface("opus-mt-en-de")
             >>> lm.generate("The dog sleeps.")
         """
-        from keras_transformer.export.huggingface_import import read_marian
+        from keras_transformer.decoding.opening import open_huggingface
 
-        model, tokenizer, settings = read_marian(directory)
+        backbone, checkpoint = open_huggingface(directory)
         return cls(
-            model,
-            TransformerPreprocessor(tokenizer),
-            settings.replace(**search),
+            backbone,
+            TransformerPreprocessor(checkpoint.tokenizer),
+            SearchSettings(**{**checkpoint.search, **search}),
             training_data=f"imported MarianMT checkpoint {Path(directory).resolve()}",
         )
 

@@ -20,14 +20,15 @@ import pytest
 
 from keras_transformer.config import BOS_ID
 from keras_transformer.decoding.batching import pad_batch
+from keras_transformer.decoding.opening import open_huggingface
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.export import huggingface
 from keras_transformer.export.huggingface import save_huggingface
-from keras_transformer.export.huggingface_import import import_huggingface, read_marian
-from keras_transformer.export.marian_layout import MarianIds
 from keras_transformer.model import build_transformer
 from keras_transformer.run.directory import RunDirectory
+from keras_transformer.run.huggingface_import import read_marian
+from keras_transformer.run.marian_layout import MarianIds
 from tests.export.marian_checkpoints import write_marian_checkpoint
 from tests.helpers import set_seeded_weights, small_config, to_numpy
 
@@ -44,9 +45,23 @@ def marian_dir(tmp_path_factory):
     return write_marian_checkpoint(tmp_path_factory.mktemp("marian") / "opus-like")
 
 
+def opened(directory):
+    """(model, tokenizer, search fields) of a MarianMT directory."""
+    model, checkpoint = open_huggingface(directory)
+    return model, checkpoint.tokenizer, checkpoint.search
+
+
+def import_huggingface(directory, out):
+    """`keras-transformer import DIR --out OUT`; the preset's path."""
+    from keras_transformer.cli import main
+
+    assert main(["import", str(directory), "--out", str(out)]) == 0
+    return out
+
+
 @pytest.fixture(scope="module")
 def imported(marian_dir):
-    return read_marian(marian_dir)
+    return opened(marian_dir)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +124,7 @@ def test_our_model_exported_gives_transformers_our_logits(untrained_run, tmp_pat
     ours, expected = both_logits(same_epsilon, tokenizer, marian, TEXTS, TEXTS)
     np.testing.assert_allclose(ours, expected, atol=1e-4)
     # Imported back: the same weights, bit for bit, and our epsilon.
-    back, back_tokenizer, _ = read_marian(out)
+    back, back_tokenizer, _ = opened(out)
     assert back.config == model.config
     for mine, returned in zip(model.weights, back.weights):
         np.testing.assert_array_equal(to_numpy(mine), to_numpy(returned), mine.path)
@@ -368,7 +383,7 @@ def test_lora_fine_tunes_an_import_and_the_run_exports_back(marian_dir, tmp_path
         max_steps=8,
     )
     train(options)
-    before, _, _ = read_marian(marian_dir)
+    before, _, _ = opened(marian_dir)
     after = RunDirectory(tmp_path / "run").open_for_inference(None, load_model=True)
     assert after.tokenizer.kind == "marian"
 
@@ -391,7 +406,7 @@ def test_a_pytorch_bin_checkpoint_with_stored_positions_imports_alike(
 ):
     """Older OPUS-MT uploads: `pytorch_model.bin`, the sinusoid stored with
     the weights (checked to be Marian's, as `transformers` computes it)."""
-    from keras_transformer.export.marian_layout import marian_position_table
+    from keras_transformer.run.marian_layout import marian_position_table
 
     marian, _ = theirs
     copy = tmp_path / "bin"
@@ -402,7 +417,7 @@ def test_a_pytorch_bin_checkpoint_with_stored_positions_imports_alike(
     np.testing.assert_allclose(marian_position_table(*table.shape), table, atol=1e-6)
     state["model.encoder.embed_positions.weight"] = torch.as_tensor(table)
     torch.save(state, copy / "pytorch_model.bin")
-    model, tokenizer, _ = read_marian(copy)
+    model, tokenizer, _ = opened(copy)
     ours, expected = both_logits(model, tokenizer, marian, TEXTS, TARGETS)
     np.testing.assert_allclose(ours, expected, atol=1e-4)
     state["model.encoder.embed_positions.weight"] = torch.as_tensor(table[::-1].copy())

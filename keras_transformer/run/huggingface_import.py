@@ -1,7 +1,8 @@
-"""Import a Hugging Face MarianMT checkpoint (the OPUS-MT family) as a preset.
+"""Read a Hugging Face MarianMT checkpoint (the OPUS-MT family), converted.
 
-`keras-transformer import --from huggingface DIR --out PRESET` and
-`TransformerSeq2SeqLM.from_huggingface(DIR)` read a local MarianMT
+`read_marian` is what `decoding.opening.open_huggingface` builds a model
+from, for `TransformerSeq2SeqLM.from_huggingface(DIR)` and `keras-transformer
+import DIR --out PRESET` (which writes it as a preset). They read a local MarianMT
 directory (`config.json`, `model.safetensors` or `pytorch_model.bin`,
 `source.spm`, `target.spm`, `vocab.json`); nothing is downloaded. The
 result translates, fine-tunes (`train --init-from PRESET --lora-rank 8`),
@@ -20,6 +21,7 @@ vocabularies (`target_vocab.json`), other positions, pre-norm.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -27,24 +29,43 @@ from typing import Any
 
 import numpy as np
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tokenizer import MarianTokenizer
-from keras_transformer.decoding.settings import SearchSettings
-from keras_transformer.export.marian_layout import (
+from keras_transformer.run.marian_layout import (
     SOURCE_EOS_FIELD,
     MarianIds,
+    check_positions,
     config_from_marian,
     from_marian,
 )
-from keras_transformer.run import preset_files
 from keras_transformer.utils.optional_imports import install_command
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
 
 
-def read_marian(directory: str | os.PathLike):
-    """(model, tokenizer, search settings) of the MarianMT checkpoint in
-    `directory`.
+@dataclasses.dataclass(frozen=True)
+class MarianCheckpoint:
+    """A MarianMT checkpoint read and converted: our `config`, the
+    `tokenizer` and `search` settings to go with it, and its weights, which
+    `load_into` puts into a model built from `config`
+    (`decoding.opening.open_huggingface` does both)."""
+
+    config: TransformerConfig
+    tokenizer: MarianTokenizer
+    search: dict
+    """`SearchSettings` fields the checkpoint sets (its beam size)."""
+    tensors: dict
+    ids: MarianIds
+    where: str
+
+    def load_into(self, model) -> None:
+        """Assign the checkpoint's weights to `model` (built from `config`)."""
+        from_marian(model, self.tensors, self.ids, self.where)
+
+
+def read_marian(directory: str | os.PathLike) -> MarianCheckpoint:
+    """The MarianMT checkpoint in `directory`, converted (`MarianCheckpoint`).
 
     Raises:
         FileNotFoundError: `directory` or one of its files is missing (a
@@ -53,8 +74,6 @@ def read_marian(directory: str | os.PathLike):
             represent, or a file that does not read, named.
         ImportError: safetensors (or torch, for a `.bin`) is missing.
     """
-    from keras_transformer.model import build_transformer
-
     directory = _check_directory(Path(directory))
     fields = _read_json(directory / "config.json")
     vocab = _read_json(directory / "vocab.json")
@@ -70,8 +89,7 @@ def read_marian(directory: str | os.PathLike):
     config = config_from_marian(
         fields, len(ids.marian_ids), bool(np.any(bias != 0)), str(directory)
     )
-    model = build_transformer(config)
-    from_marian(model, tensors, ids, str(directory))
+    check_positions(tensors, config.d_model, str(directory))
     tokenizer = MarianTokenizer(
         (directory / "source.spm").read_bytes(),
         (directory / "target.spm").read_bytes(),
@@ -80,26 +98,8 @@ def read_marian(directory: str | os.PathLike):
         # False for a model trained here and exported: its sources had none.
         source_eos=fields.get(SOURCE_EOS_FIELD, True) is not False,
     )
-    return model, tokenizer, _search_settings(directory)
-
-
-def import_huggingface(
-    directory: str | os.PathLike,
-    out: str | os.PathLike,
-    *,
-    overwrite: bool = False,
-) -> Path:
-    """Write the MarianMT checkpoint in `directory` as a preset at `out`
-    (whole or not at all; an existing one only with `overwrite`)."""
-    model, tokenizer, settings = read_marian(directory)
-    return preset_files.write_preset(
-        out,
-        model,
-        tokenizer,
-        {},
-        settings.to_dict(),
-        training_data=f"imported MarianMT checkpoint {Path(directory).resolve()}",
-        overwrite=overwrite,
+    return MarianCheckpoint(
+        config, tokenizer, _search_settings(directory), tensors, ids, str(directory)
     )
 
 
@@ -190,11 +190,11 @@ def _read_weights(directory: Path) -> dict[str, np.ndarray]:
     return {name: value.float().numpy() for name, value in state.items()}
 
 
-def _search_settings(directory: Path) -> SearchSettings:
-    """The checkpoint's beam size; GNMT's alpha stays the paper's (Marian's
-    length_penalty is another formula)."""
+def _search_settings(directory: Path) -> dict:
+    """The checkpoint's beam size, as `SearchSettings` fields; GNMT's alpha
+    stays the paper's (Marian's length_penalty is another formula)."""
     path = directory / "generation_config.json"
     beams = _read_json(path).get("num_beams") if path.is_file() else None
-    if isinstance(beams, int) and beams >= 1:
-        return SearchSettings(beam_size=beams)
-    return SearchSettings()
+    if isinstance(beams, int) and not isinstance(beams, bool) and beams >= 1:
+        return {"beam_size": beams}
+    return {}

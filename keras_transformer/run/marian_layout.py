@@ -354,8 +354,9 @@ def from_marian(model, tensors: dict, ids: MarianIds, where: str) -> None:
     """Assign Marian's `tensors` to `model` (built with `config_from_marian`).
 
     Raises:
-        ValueError: a tensor missing or of another shape (named), or
-            positions that are not Marian's sinusoid.
+        ValueError: a tensor missing or of another shape (named); stored
+            positions are checked when the checkpoint is read
+            (`check_positions`).
     """
     config = model.config
     order = model_dim_order(config.d_model)
@@ -366,7 +367,6 @@ def from_marian(model, tensors: dict, ids: MarianIds, where: str) -> None:
             raise ValueError(f"{where}: the tensor {name} is missing.")
         return np.asarray(tensors[name], np.float32)
 
-    _check_positions(tensors, config.d_model, where)
     parts = model._parts
     shared = take("model.shared.weight")
     _assign(
@@ -395,7 +395,8 @@ def from_marian(model, tensors: dict, ids: MarianIds, where: str) -> None:
         )
 
 
-def _check_positions(tensors: dict, d_model: int, where: str) -> None:
+def check_positions(tensors: dict, d_model: int, where: str) -> None:
+    """Refuse stored position tables that are not Marian's sinusoid."""
     for stack in ("encoder", "decoder"):
         name = f"model.{stack}.embed_positions.weight"
         if name not in tensors:  # Computed, not stored, by some writers.
