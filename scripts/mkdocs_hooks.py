@@ -18,6 +18,8 @@ import sys
 import types
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
+
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "<!-- the command-line reference is generated here -->"
 
@@ -30,6 +32,28 @@ def _cli_reference() -> str:
     from keras_transformer.cli.reference import markdown
 
     return markdown()
+
+
+# The notebooks the site renders (mkdocs-jupyter), from notebooks/, where they
+# are run and committed: added to the site's files rather than copied into
+# docs/, so there is one copy of each.
+NOTEBOOKS = ("transformer_translation", "transformer_translation_jax", "parsing_table4")
+
+
+@event_priority(50)  # Before mkdocs-jupyter's, which renders what it finds.
+def on_files(files, config):
+    from mkdocs.structure.files import File
+
+    for name in NOTEBOOKS:
+        files.append(
+            File(
+                f"notebooks/{name}.ipynb",
+                src_dir=str(ROOT),
+                dest_dir=config["site_dir"],
+                use_directory_urls=config["use_directory_urls"],
+            )
+        )
+    return files
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:

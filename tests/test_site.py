@@ -35,6 +35,7 @@ DEVELOPMENT_TERMS = [
     r"\b`?device`? tool\b",
     r"\blent\b[^.]{0,40}\bmachine",
     r"(?<![\w-])(\.\./)?shared/(data|docs)\b",
+    r"/work/(main|shared)\b",  # The development checkout and its data.
     r"\bthe shared (2-core )?machine\b",
     r"\bthe machine notes\b",
     r"\bTODO\b",
@@ -75,10 +76,18 @@ def _docstrings() -> list[tuple[str, str]]:
     return found
 
 
+def _rendered_notebooks() -> list[Path]:
+    """The notebooks the site shows (mkdocs.yml's nav), outputs and all."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    names = re.findall(r"(notebooks/\w+\.ipynb)\s*$", config, re.M)
+    assert names, "the site renders the notebooks"
+    return [ROOT / name for name in names]
+
+
 def test_user_pages_speak_of_the_project_only():
     texts = [
         (page.relative_to(ROOT).as_posix(), page.read_text(encoding="utf-8"))
-        for page in [ROOT / "README.md", *PAGES]
+        for page in [ROOT / "README.md", *PAGES, *_rendered_notebooks()]
     ] + _docstrings()
     found = [
         f"{where}: {match.group(0)!r}"
