@@ -143,12 +143,8 @@ def _marian_ids(fields: dict, vocab: dict, directory: Path) -> MarianIds:
             f"number 0 .. vocab_size - 1 = {size} - 1 of config.json."
         )
     roles = {}
-    for role, default in (
-        ("pad_token_id", None),
-        ("eos_token_id", None),
-        ("decoder_start_token_id", None),
-    ):
-        value = fields.get(role, default)
+    for role in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+        value = fields.get(role)
         if not isinstance(value, int) or not 0 <= value < size:
             raise ValueError(f"{directory}/config.json: {role}={value!r} is not an id.")
         roles[role] = value

@@ -47,7 +47,6 @@ _NORMS = {
     "cross_attention_norm": "encoder_attn_layer_norm",
     "feed_forward_norm": "final_layer_norm",
 }
-_ACTIVATIONS = {"relu": "relu", "swish": "swish", "gelu": "gelu"}
 # Marian's names for the same functions (transformers' ACT2FN).
 _FROM_MARIAN_ACTIVATIONS = {
     "relu": "relu",
@@ -271,7 +270,7 @@ def _marian_config(
         "decoder_attention_heads": config.num_heads,
         "encoder_ffn_dim": config.d_ff,
         "decoder_ffn_dim": config.d_ff,
-        "activation_function": _ACTIVATIONS[config.activation],
+        "activation_function": config.activation,  # Marian spells ours alike.
         "dropout": config.dropout_rate,
         "attention_dropout": config.attention_dropout_rate,
         "activation_dropout": config.relu_dropout_rate,
