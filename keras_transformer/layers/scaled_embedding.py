@@ -30,6 +30,13 @@ class ScaledEmbedding(keras.layers.Layer):
     hidden states per position too and multiplies int8 by int8, as Keras's
     int8 `Dense` does. Inference only: the int8 table is not trainable.
 
+    `enable_lora(rank)` adds low-rank factors A (V, r) and B (r, D) beside
+    the frozen table, which then reads as table + (alpha / r) A B, as
+    Keras's `Embedding.enable_lora` does. Tied, the table is also the
+    output layer: a fine-tune to a new domain that leaves it frozen cannot
+    move the logits of the new domain's words (docs/fine-tuning.md).
+    Saving writes the merged table only, as Keras's LoRA layers do.
+
     Args:
         vocab_size: int. V.
         model_dim: int. D.
@@ -58,35 +65,93 @@ class ScaledEmbedding(keras.layers.Layer):
         self.vocab_size = vocab_size
         self.model_dim = model_dim
         self.int8 = False  # Set by `quantize("int8")`.
+        self.lora_enabled = False  # Set by `enable_lora`.
 
     def build(self, input_shape=None):
-        self.embeddings = self.add_weight(
+        self._embeddings = self.add_weight(
             name="embeddings",
             shape=(self.vocab_size, self.model_dim),
             initializer=keras.initializers.RandomNormal(stddev=self.model_dim**-0.5),
         )
         self.built = True
 
+    @property
+    def embeddings(self):
+        """The (V, D) table: the variable, or with LoRA the merged table."""
+        if not self.lora_enabled:
+            return self._embeddings
+        update = ops.matmul(self.lora_embeddings_a, self.lora_embeddings_b)
+        merged = ops.add(self._embeddings, self.lora_scale * update)
+        return ops.cast(merged, self._embeddings.dtype)
+
+    def enable_lora(self, rank: int, lora_alpha: float | None = None) -> None:
+        """Train rank-`rank` factors instead of the table (see the class
+        docstring); `lora_alpha` defaults to the rank (a scale of 1)."""
+        if not self.built or self.int8 or self.lora_enabled:
+            state = "int8" if self.int8 else "LoRA" if self.lora_enabled else "unbuilt"
+            raise ValueError(f"{self.name}: cannot enable LoRA on a {state} table.")
+        if not 1 <= rank <= min(self.vocab_size, self.model_dim):
+            raise ValueError(
+                f"{self.name}: the LoRA rank must be in [1, "
+                f"{min(self.vocab_size, self.model_dim)}]. Received: rank={rank}"
+            )
+        self._tracker.unlock()
+        # float32 factors, as Keras's: updates this small underflow in float16.
+        # Keras's `Embedding` initialisation (B = 0). Hugging Face PEFT's
+        # (A = 0, B ~ N(0, 1)) learned less at the higher of two rates
+        # (docs/benchmarks-fine-tuning.md).
+        self.lora_embeddings_a = self.add_weight(
+            name="lora_embeddings_a",
+            shape=(self.vocab_size, rank),
+            initializer="he_uniform",
+            dtype="float32",
+        )
+        self.lora_embeddings_b = self.add_weight(
+            name="lora_embeddings_b",
+            shape=(rank, self.model_dim),
+            initializer="zeros",
+            dtype="float32",
+        )
+        self._tracker.lock()
+        self._embeddings.trainable = False
+        self.lora_rank = rank
+        self.lora_alpha = rank if lora_alpha is None else lora_alpha
+        self.lora_scale = self.lora_alpha / rank
+        self.lora_enabled = True
+
+    def save_own_variables(self, store):
+        if not self.lora_enabled:
+            return super().save_own_variables(store)
+        store["0"] = self.embeddings  # Merged, as a LoRA Dense saves its kernel.
+
+    def load_own_variables(self, store):
+        if not self.lora_enabled:
+            return super().load_own_variables(store)
+        self._embeddings.assign(store["0"])
+        for factor in (self.lora_embeddings_a, self.lora_embeddings_b):
+            factor.assign(ops.zeros(factor.shape))
+
     def quantize(self, mode=None, type_check=True, config=None):
         if mode != "int8":
             raise NotImplementedError(
                 f"{type(self).__name__} can be quantized to int8 only, not {mode!r}."
             )
-        if self.int8:
-            raise ValueError(f"{self.name} is already quantized to int8.")
+        if self.int8 or self.lora_enabled:
+            state = "quantized to int8" if self.int8 else "LoRA-enabled"
+            raise ValueError(f"{self.name} is already {state}.")
         # Keras's scale multiplies: int8 row = round(row * scale).
         rows, scales = keras.quantizers.abs_max_quantize(
             self.embeddings, axis=-1, to_numpy=True
         )
-        del self.embeddings
+        del self._embeddings
         shape = (self.vocab_size, self.model_dim)
-        self.embeddings = self.add_weight(
+        self._embeddings = self.add_weight(
             name="embeddings", shape=shape, dtype="int8", trainable=False
         )
         self.embeddings_scale = self.add_weight(
             name="embeddings_scale", shape=(self.vocab_size,), trainable=False
         )
-        self.embeddings.assign(rows)
+        self._embeddings.assign(rows)
         self.embeddings_scale.assign(ops.squeeze(scales, axis=-1))
         self.int8 = True
 

@@ -54,7 +54,6 @@ from keras_transformer.utils.atomic_files import (
 
 _STEM = "ckpt-{step:08d}"
 _NAME = re.compile(r"ckpt-(\d+)\.(keras|json|lora\.npz)")
-_LORA_PARTS = ("_kernel", "lora_kernel_a", "lora_kernel_b")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +85,8 @@ class Checkpoint:
 
 
 def lora_layers(model: keras.Model) -> list:
-    """The model's layers with LoRA enabled (`Dense.enable_lora`)."""
+    """The model's layers with LoRA enabled (`Dense.enable_lora`,
+    `ScaledEmbedding.enable_lora`)."""
     return [
         layer
         for layer in model._flatten_layers(include_self=False)
@@ -94,13 +94,24 @@ def lora_layers(model: keras.Model) -> list:
     ]
 
 
+def lora_variables(layer) -> tuple:
+    """A LoRA layer's (frozen base, factor A, factor B) variables."""
+    if hasattr(layer, "lora_embeddings_a"):  # ScaledEmbedding, as Embedding.
+        return layer._embeddings, layer.lora_embeddings_a, layer.lora_embeddings_b
+    return layer._kernel, layer.lora_kernel_a, layer.lora_kernel_b
+
+
+def merged_lora_weight(layer):
+    """A LoRA layer's base with its factors merged, as Keras saves it."""
+    return layer.embeddings if hasattr(layer, "lora_embeddings_a") else layer.kernel
+
+
 def lora_state(model: keras.Model) -> dict[str, np.ndarray]:
     """What Keras does not save of the LoRA layers: each one's base kernel
     and factors, by variable path (empty without LoRA)."""
     state = {}
     for layer in lora_layers(model):
-        for name in _LORA_PARTS:
-            variable = getattr(layer, name)
+        for variable in lora_variables(layer):
             state[variable.path] = variable_value(variable)
     return state
 
@@ -109,9 +120,9 @@ def restore_lora_state(model: keras.Model, state: dict[str, np.ndarray], where) 
     """Put `lora_state`'s arrays back; ValueError naming `where` when they
     are not this model's LoRA variables."""
     variables = {
-        getattr(layer, name).path: getattr(layer, name)
+        variable.path: variable
         for layer in lora_layers(model)
-        for name in _LORA_PARTS
+        for variable in lora_variables(layer)
     }
     if set(variables) != set(state):
         raise ValueError(

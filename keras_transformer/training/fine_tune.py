@@ -9,9 +9,10 @@ The one owner of what a fine-tune adds to `train`:
 - `fine_tune_config`: the trained model's config with the `--set` fields a
   fine-tune may change (`FINE_TUNE_FIELDS`: dropout, label smoothing,
   warmup); `--tokenizer`/`--vocab-size` that disagree with it are refused.
-- `enable_lora`: `keras.layers.Dense.enable_lora` on the chosen projections
-  of every encoder and decoder block (`--lora-targets`), the rank checked
-  against each one; `freeze_all_but_lora` leaves only the factors trainable.
+- `enable_lora`: `enable_lora` (Keras's `Dense`, our `ScaledEmbedding`) on
+  the chosen projections of every encoder and decoder block and on the
+  embedding table (`--lora-targets`), the rank checked against each one;
+  `freeze_all_but_lora` leaves only the factors trainable.
 
 A LoRA layer's checkpoint state is `run.checkpoints`'s (`lora_state`): Keras
 saves merged kernels only. The final model is `merged_model`: a plain
@@ -42,7 +43,11 @@ from keras_transformer.data.tasks import task_tokenizer
 from keras_transformer.data.text_files import sha256_file
 from keras_transformer.model import build_transformer
 from keras_transformer.run import preset_files
-from keras_transformer.run.checkpoints import lora_layers
+from keras_transformer.run.checkpoints import (
+    lora_layers,
+    lora_variables,
+    merged_lora_weight,
+)
 from keras_transformer.run.directory import RunDirectory, check_vocabulary
 from keras_transformer.training.options import TrainOptions, lora_target_names
 
@@ -182,48 +187,62 @@ def load_init_weights(model: keras.Model, init: InitModel) -> None:
     model.set_weights(init.weights())
 
 
-def target_projections(model: keras.Model, targets: str) -> list:
-    """The `Dense` projections `--lora-targets` names, in every encoder and
-    decoder block (not the embeddings nor an untied output projection)."""
+def target_layers(model: keras.Model, targets: str) -> list:
+    """The layers `--lora-targets` names: the `Dense` projections in every
+    encoder and decoder block, and with `embeddings` each embedding table
+    (one when shared; tied, it is also the output layer) and an untied
+    output projection."""
     names = lora_target_names(targets)
     attention = [n for n in ("query", "key", "value", "output") if n in names]
-    projections = []
+    chosen = []
     for block in [*model.encoder_blocks, *model.decoder_blocks]:
         layers = [block.self_attention]
         if hasattr(block, "cross_attention"):
             layers.append(block.cross_attention)
         for layer in layers:
-            projections += [getattr(layer, f"{name}_dense") for name in attention]
+            chosen += [getattr(layer, f"{name}_dense") for name in attention]
         if "feed_forward" in names:
             feed_forward = block.feed_forward
-            projections += [feed_forward.intermediate_dense, feed_forward.output_dense]
-    return projections
+            chosen += [feed_forward.intermediate_dense, feed_forward.output_dense]
+    if "embeddings" in names:
+        parts = model._parts
+        for table in (parts.source_embedding, parts.target_embedding):
+            if table not in chosen:  # One layer when shared.
+                chosen.append(table)
+        if parts.output_projection is not None:  # Untied.
+            chosen.append(parts.output_projection)
+    return chosen
 
 
 def enable_lora(
     model: keras.Model, rank: int, targets: str, alpha: float | None = None
 ) -> list:
-    """Enable LoRA of `rank` on the target projections (checked first: the
-    rank must be at least 1 and at most each one's smaller side), then
-    freeze every other weight. Returns the projections."""
-    projections = target_projections(model, targets)
-    for dense in projections:
-        fan_in, fan_out = (int(d) for d in dense.kernel.shape)
-        if not 1 <= rank <= min(fan_in, fan_out):
+    """Enable LoRA of `rank` on the target layers (checked first: the rank
+    must be at least 1 and at most each weight's smaller side), then freeze
+    every other weight. Returns the layers."""
+    layers = target_layers(model, targets)
+    for layer in layers:
+        rows, columns = (int(d) for d in _lora_base(layer).shape)
+        if not 1 <= rank <= min(rows, columns):
             raise ValueError(
                 f"--lora-rank {rank}: must be at least 1 and at most the smaller "
-                f"side of every target projection; {dense.path} is "
-                f"{fan_in}x{fan_out} (at most {min(fan_in, fan_out)})."
+                f"side of every target weight; {layer.path} is "
+                f"{rows}x{columns} (at most {min(rows, columns)})."
             )
-    for dense in projections:
-        dense.enable_lora(rank, lora_alpha=alpha)
+    for layer in layers:
+        layer.enable_lora(rank, lora_alpha=alpha)
     freeze_all_but_lora(model)
-    return projections
+    return layers
+
+
+def _lora_base(layer):
+    """The weight LoRA would adapt: a `Dense` kernel or an embedding table."""
+    return layer.embeddings if hasattr(layer, "embeddings") else layer.kernel
 
 
 def freeze_all_but_lora(model: keras.Model) -> None:
-    """Only the LoRA factors stay trainable: embeddings, norms, biases and
-    the base kernels are frozen (per variable, so the layers still run)."""
+    """Only the LoRA factors stay trainable: norms, biases, the base kernels
+    and tables are frozen (per variable, so the layers still run)."""
     factors = _factor_ids(model)
     for variable in model.weights:
         if id(variable) not in factors:
@@ -234,8 +253,11 @@ def merged_model(model: keras.Model, config: TransformerConfig) -> keras.Model:
     """A plain `Transformer` (uncompiled: a LoRA run's optimizer state is the
     factors') whose projection kernels are `model`'s with the factors merged,
     as Keras merges them when it saves a LoRA layer."""
-    # A LoRA Dense's `kernel` is the merged one: _kernel + (alpha / rank) A B.
-    merged = {id(layer._kernel): layer.kernel for layer in lora_layers(model)}
+    # The merged weight is base + (alpha / rank) A B.
+    merged = {
+        id(lora_variables(layer)[0]): merged_lora_weight(layer)
+        for layer in lora_layers(model)
+    }
     factors = _factor_ids(model)
     values = [
         np.asarray(keras.ops.convert_to_numpy(merged.get(id(variable), variable)))
@@ -249,8 +271,5 @@ def merged_model(model: keras.Model, config: TransformerConfig) -> keras.Model:
 
 def _factor_ids(model: keras.Model) -> set[int]:
     """The ids of the LoRA factor variables of `model`."""
-    return {
-        id(factor)
-        for layer in lora_layers(model)
-        for factor in (layer.lora_kernel_a, layer.lora_kernel_b)
-    }
+    layers = lora_layers(model)
+    return {id(factor) for layer in layers for factor in lora_variables(layer)[1:]}

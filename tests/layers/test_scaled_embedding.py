@@ -78,3 +78,63 @@ def test_mixed_precision_dtypes(policy):
 def test_invalid_sizes(name, args):
     with pytest.raises(ValueError, match=name):
         ScaledEmbedding(*args)
+
+
+def _lora_layer(rank: int = 3) -> ScaledEmbedding:
+    layer = ScaledEmbedding(V, D)
+    layer.build()
+    layer.enable_lora(rank, lora_alpha=6.0)
+    rng = np.random.default_rng(1)
+    layer.lora_embeddings_b.assign(rng.normal(size=(rank, D)).astype("float32"))
+    return layer
+
+
+def test_lora_reads_the_table_plus_the_scaled_low_rank_update():
+    layer = _lora_layer()
+    base = to_numpy(layer._embeddings)
+    update = to_numpy(layer.lora_embeddings_a) @ to_numpy(layer.lora_embeddings_b)
+    expected = base + (6.0 / 3) * update
+    np.testing.assert_allclose(to_numpy(layer.embeddings), expected, rtol=1e-5)
+    ids = np.array([[3, 0, 49]], "int32")
+    np.testing.assert_allclose(
+        to_numpy(layer(ids))[0], expected[[3, 0, 49]] * np.sqrt(D), rtol=1e-5
+    )
+    hidden = np.ones((1, 2, D), "float32")
+    np.testing.assert_allclose(
+        to_numpy(layer(hidden, reverse=True))[0], hidden[0] @ expected.T, rtol=1e-5
+    )
+    trainable = {v.path.split("/")[-1] for v in layer.trainable_weights}
+    assert trainable == {"lora_embeddings_a", "lora_embeddings_b"}
+
+
+def test_lora_saves_the_merged_table_only_and_loads_it_as_the_base():
+    layer = _lora_layer()
+    store = {}
+    layer.save_own_variables(store)
+    assert list(store) == ["0"]
+    np.testing.assert_allclose(to_numpy(store["0"]), to_numpy(layer.embeddings))
+    plain = ScaledEmbedding(V, D)
+    plain.build()
+    plain.load_own_variables(store)
+    np.testing.assert_allclose(to_numpy(plain.embeddings), to_numpy(layer.embeddings))
+    again = _lora_layer()
+    again.load_own_variables(store)  # As Keras's LoRA Dense: factors zeroed.
+    np.testing.assert_allclose(to_numpy(again.embeddings), to_numpy(store["0"]))
+    assert not to_numpy(again.lora_embeddings_b).any()
+
+
+def test_lora_is_refused_where_it_cannot_apply():
+    with pytest.raises(ValueError, match="unbuilt"):
+        ScaledEmbedding(V, D).enable_lora(2)
+    layer = _lora_layer()
+    with pytest.raises(ValueError, match="LoRA"):
+        layer.enable_lora(2)
+    with pytest.raises(ValueError, match="LoRA-enabled"):
+        layer.quantize("int8")
+    fresh = ScaledEmbedding(V, D)
+    fresh.build()
+    with pytest.raises(ValueError, match=r"rank must be in \[1, 16\]"):
+        fresh.enable_lora(17)
+    fresh.quantize("int8")
+    with pytest.raises(ValueError, match="int8"):
+        fresh.enable_lora(2)

@@ -19,8 +19,9 @@ from keras_transformer.run import checkpoints
 from keras_transformer.run.directory import RunConflict, RunDirectory
 from keras_transformer.schedules import FineTuneSchedule
 from keras_transformer.training import TrainingInterrupted, TrainOptions, train
-from keras_transformer.training.fine_tune import enable_lora, target_projections
+from keras_transformer.training.fine_tune import enable_lora, target_layers
 from keras_transformer.training.model_setup import build_model, fine_tune_schedule
+from keras_transformer.training.options import LORA_TARGETS
 from tests.helpers import predict_logits, training_options, write_training_corpus
 from tests.training.test_job import SignalAtBatch
 
@@ -64,9 +65,10 @@ def fine_tune_options(run_dir, corpus_files, base, **changes):
     return training_options(run_dir, corpus_files, **values)
 
 
-def _projection_count(model) -> int:
-    """Attention: 4 per attention layer; feed-forward: 2 per block."""
-    return 6 * len(model.encoder_blocks) + 10 * len(model.decoder_blocks)
+def _target_count(model) -> int:
+    """Attention: 4 per attention layer; feed-forward: 2 per block; the one
+    shared and tied embedding table."""
+    return 6 * len(model.encoder_blocks) + 10 * len(model.decoder_blocks) + 1
 
 
 class KeepModel(keras.callbacks.Callback):
@@ -84,17 +86,27 @@ def _by_path(model) -> dict[str, np.ndarray]:
     return {
         v.path: np.array(keras.ops.convert_to_numpy(v))
         for v in model.weights
-        if "lora_kernel" not in v.path
+        if "lora_" not in v.path
     }
+
+
+def _lora_update(layer) -> np.ndarray:
+    """A B of a LoRA layer (zero before training: one factor starts at 0)."""
+    _, factor_a, factor_b = checkpoints.lora_variables(layer)
+    return keras.ops.convert_to_numpy(factor_a) @ keras.ops.convert_to_numpy(factor_b)
 
 
 def _load(path):
     return keras.saving.load_model(path, compile=False)
 
 
-def _kernel_paths(model) -> set[str]:
-    return {dense.kernel.path for dense in target_projections(model, "query,key,"
-            "value,output,feed_forward")}  # fmt: skip
+def _target_paths(model) -> set[str]:
+    """The adapted weights of the default targets: kernels and the table."""
+    layers = target_layers(model, ",".join(LORA_TARGETS))
+    return {
+        (layer.embeddings if hasattr(layer, "embeddings") else layer.kernel).path
+        for layer in layers
+    }
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +129,9 @@ def test_lora_changes_each_projection_by_a_low_rank_matrix_and_nothing_else(
     final_model = _load(RunDirectory(run_dir).model_path)
     assert not checkpoints.lora_layers(final_model)  # A plain model.
     final = _by_path(final_model)
-    targets = _kernel_paths(final_model)
-    assert len(targets) == _projection_count(final_model)
+    targets = _target_paths(final_model)
+    assert len(targets) == _target_count(final_model)
+    assert "shared_embedding/embeddings" in targets
     assert keep.first_weights.keys() == initial.keys() == final.keys()
     for path, value in initial.items():
         np.testing.assert_array_equal(keep.first_weights[path], value, err_msg=path)
@@ -136,7 +149,7 @@ def test_the_factors_trained_and_the_merged_model_gives_the_same_logits(lora_run
     trained = keep.kept
     assert [v.path for v in trained.trainable_weights if "lora" not in v.path] == []
     for layer in checkpoints.lora_layers(trained):
-        assert np.abs(keras.ops.convert_to_numpy(layer.lora_kernel_b)).max() > 0
+        assert np.abs(_lora_update(layer)).max() > 0, layer.path
     rng = np.random.default_rng(0)
     source = rng.integers(4, 400, size=(2, 9))
     target = rng.integers(4, 400, size=(2, 7))
@@ -216,8 +229,8 @@ def test_lora_with_gradient_accumulation(base_run, tmp_path, corpus_files):
     )  # fmt: skip
     assert result.steps == 2
     assert int(keras.ops.convert_to_numpy(keep.kept.optimizer.iterations)) == 2
-    factors = [layer.lora_kernel_b for layer in checkpoints.lora_layers(keep.kept)]
-    assert all(np.abs(keras.ops.convert_to_numpy(b)).max() > 0 for b in factors)
+    layers = checkpoints.lora_layers(keep.kept)
+    assert all(np.abs(_lora_update(layer)).max() > 0 for layer in layers)
     assert [c.step for c in RunDirectory(tmp_path / "run").checkpoints()] == [1, 2]
 
 
