@@ -108,9 +108,10 @@ GRAPHS = {
     "(B, H, S, d_k), cross_values_i (B, H, S, d_v) per decoder layer i",
     DECODER_STEP: "token_ids int32 (N, 1), source_ids (B, S), past_keys_i "
     "(N, H, T, d_k), past_values_i (N, H, T, d_v), cross_keys_i, cross_values_i "
-    "-> logits float32 (N, V) of position T, new_keys_i (N, H, 1, d_k), "
-    "new_values_i (N, H, 1, d_v); N = B * beams, a sentence's beams in "
-    "consecutive rows; append the new keys/values to the past",
+    "-> logits float32 (N, V) of position T, present_keys_i (N, H, T + 1, d_k), "
+    "present_values_i (N, H, T + 1, d_v): the past with position T's appended, "
+    "the next step's past once its rows are picked; N = B * beams, a "
+    "sentence's beams in consecutive rows",
 }
 
 

@@ -103,12 +103,11 @@ class DecoderStepGraph(keras.layers.Layer):
 def _self_attend(attention, past, mask):
     def attend(hidden):
         keys, values = attention.project_key_value_cache(hidden)
-        all_keys = ops.concatenate([past[0], keys], axis=2)
-        all_values = ops.concatenate([past[1], values], axis=2)
-        return attention.attend_cache(hidden, all_keys, all_values, mask), (
-            keys,
-            values,
+        present = (
+            ops.concatenate([past[0], keys], axis=2),
+            ops.concatenate([past[1], values], axis=2),
         )
+        return attention.attend_cache(hidden, *present, mask), present
 
     return attend
 

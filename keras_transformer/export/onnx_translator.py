@@ -10,14 +10,18 @@
                         past_keys_i (N, H, T, d_k), past_values_i (N, H, T, K),
                         cross_keys_i, cross_values_i ->
                         logits float32 (N, V) of position T,
-                        new_keys_i (N, H, 1, d_k), new_values_i (N, H, 1, K)
+                        present_keys_i (N, H, T + 1, d_k),
+                        present_values_i (N, H, T + 1, K)
     tokenizer/          the run's tokenizer
     export.json         format, format_version, settings, sizes, ids
 
 The step decodes position T = the past's length (0 at the first step, whose
 past is empty) for N = B * k rows: the k consecutive rows of a sentence's
 beams share its row of the cross-attention keys/values and source ids. The
-caller appends the new keys/values to the past.
+present is the past with position T's keys/values appended: the next
+step's past, once the search has picked its rows. (Format version 1 gave
+position T's keys/values only, for the caller to append: a second copy of
+every cache at every step. Its exports are still read.)
 
 The search is `numpy_search`'s, the rules of `decoding.search`; batching
 and padding are `Translator`'s (sentences sorted by length, sources padded
@@ -57,7 +61,9 @@ from keras_transformer.utils.version import __version__
 FORMAT = "onnx"
 #: The layout of the directory and of the graphs' inputs and outputs; a
 #: change to either is a new version, and a directory of another is refused.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The versions this package reads: 1 differs in the step's outputs only.
+READABLE_VERSIONS = (1, 2)
 ENCODER = "encoder.onnx"
 DECODER_STEP = "decoder_step.onnx"
 
@@ -73,10 +79,11 @@ def step_inputs(layers: int) -> list[str]:
     return ["token_ids", "source_ids", *past, *encoder_outputs(layers)]
 
 
-def step_outputs(layers: int) -> list[str]:
-    """The step graph's outputs, in order."""
-    new = [f"new_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
-    return ["logits", *new]
+def step_outputs(layers: int, version: int = FORMAT_VERSION) -> list[str]:
+    """The step graph's outputs, in order, in format `version`."""
+    cache = "present" if version >= 2 else "new"
+    kinds = ("keys", "values")
+    return ["logits", *(f"{cache}_{kind}_{i}" for i in range(layers) for kind in kinds)]
 
 
 def read_export_info(directory: str | os.PathLike) -> dict[str, Any]:
@@ -105,11 +112,12 @@ _AGAIN = (
 
 def _check_version(path: Path, info: dict[str, Any]) -> None:
     found = info.get("format_version")
-    if found != FORMAT_VERSION:
+    if found not in READABLE_VERSIONS:
+        readable = " and ".join(str(version) for version in READABLE_VERSIONS)
         raise ValueError(
             f"{path}: format_version {found!r} (written by keras-transformer "
             f"{info.get('package_version', '?')}), but keras-transformer "
-            f"{__version__} reads format_version {FORMAT_VERSION}. {_AGAIN}"
+            f"{__version__} reads format_version {readable}. {_AGAIN}"
         )
 
 
@@ -152,6 +160,7 @@ class OnnxTranslator:
             )
         self.directory = Path(directory)
         self.info = read_export_info(self.directory)
+        reuse_freed_memory()
         onnxruntime = require("onnxruntime", "onnx", "An ONNX export")
         layers = self.info["decoder_layers"]
         self.encoder = _session(
@@ -161,8 +170,11 @@ class OnnxTranslator:
             onnxruntime, self.directory / DECODER_STEP, threads, step_inputs(layers)
         )
         _check_outputs(self.encoder, self.directory / ENCODER, encoder_outputs(layers))
+        self._version = self.info["format_version"]
         _check_outputs(
-            self.decoder_step, self.directory / DECODER_STEP, step_outputs(layers)
+            self.decoder_step,
+            self.directory / DECODER_STEP,
+            step_outputs(layers, self._version),
         )
         self._step_inputs = step_inputs(layers)
         self.tokenizer = read_export_tokenizer(self.directory, self.info, FORMAT)
@@ -253,8 +265,12 @@ class OnnxTranslator:
         length), and the past grown by their keys/values; N is B times the
         beams, a sentence's beams in consecutive rows."""
         feeds = [tokens, context[0], *past, *context[1:]]
-        logits, *new = self.decoder_step.run(None, dict(zip(self._step_inputs, feeds)))
-        return logits, [np.concatenate(pair, axis=2) for pair in zip(past, new)]
+        logits, *caches = self.decoder_step.run(
+            None, dict(zip(self._step_inputs, feeds))
+        )
+        if self._version == 1:  # The new position's only.
+            caches = [np.concatenate(pair, axis=2) for pair in zip(past, caches)]
+        return logits, caches
 
     def _step(self, tokens, step, past, context):
         return self.decode_step(tokens, past, context)
@@ -262,6 +278,33 @@ class OnnxTranslator:
     def _detokenize(self, outputs: list[np.ndarray]) -> list[str]:
         """Output ids -> strings; "" for an empty output."""
         return detokenize(self.tokenizer, outputs)
+
+
+#: glibc's mallopt parameters (malloc.h) and the size both are raised to.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _KEEP_BYTES = -1, -3, 1 << 30
+
+
+def reuse_freed_memory() -> None:
+    """Let this process reuse freed memory for large arrays (glibc only).
+
+    Every step's caches are new arrays of tens of MB (N, H, T, K: 10 MB per
+    layer's keys at `base`, beam 4, batch 32, T = 40). glibc serves each
+    from fresh pages of the kernel, which zeroes them on first touch, and
+    returns them when freed: at `base` that doubled the time the search
+    spends copying the caches. Above these thresholds freed memory stays in
+    the heap for the next step (the process keeps its peak memory).
+    """
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES)
+        libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES)
+    except (OSError, AttributeError):  # Not glibc (musl has no mallopt).
+        pass
 
 
 def _session(onnxruntime, path: Path, threads: int | None, inputs: list[str]):

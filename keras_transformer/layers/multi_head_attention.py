@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_transformer.layers.scaled_dot_product_attention import (
     ScaledDotProductAttention,
+    attend_heads_first,
 )
 from keras_transformer.layers.utils import clone_initializer
 
@@ -166,12 +167,18 @@ class MultiHeadAttention(keras.layers.Layer):
         return _heads_first(keys), _heads_first(values)
 
     def attend_cache(self, query, key_cache, value_cache, attention_mask=None):
-        """`attend` over (B, H, S, K) caches (see `empty_cache`)."""
-        # Both transposes cancel against the ones the attention's einsums
-        # make, so the compiled program reads the caches as they are.
-        return self.attend(
-            query, _heads_first(key_cache), _heads_first(value_cache), attention_mask
+        """`attend` over (B, H, S, K) caches (see `empty_cache`), inference
+        only. (B, T, D) -> (B, T, D)."""
+        queries = self._split_heads(self.query_dense(query), self.key_head_dim)
+        context = attend_heads_first(
+            _heads_first(queries), key_cache, value_cache, attention_mask
         )
+        shape = ops.shape(query)
+        # (B, H, T, K) -> (B, T, D): concatenate the heads.
+        context = ops.reshape(
+            _heads_first(context), (shape[0], shape[1], self.model_dim)
+        )
+        return self.output_dense(context)
 
     def attend(
         self,

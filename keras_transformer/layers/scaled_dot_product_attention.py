@@ -27,10 +27,40 @@ def attention_weights(query, key, attention_mask=None):
         (B, H, T, S) float32 weights. Masked keys get exactly 0; a query row
         with no key to attend to gets all zeros (not NaN, not uniform).
     """
-    head_size = ops.shape(query)[-1]
+    scores = ops.einsum("bthk,bshk->bhts", _scaled(query), key)  # (B, H, T, S)
+    return _masked_softmax(scores, attention_mask)
+
+
+def attend_heads_first(query, key, value, attention_mask=None):
+    """softmax(Q K^T / sqrt(d_k)) V on heads-first tensors, without dropout.
+
+    The layout of the decoding caches (`MultiHeadAttention.empty_cache`):
+    batched matrix products over (B, H) read them as they are, where the
+    (B, S, H, K) einsums of `attention_weights` make an exported graph
+    transpose each cache at every step.
+
+    Args:
+        query: (B, H, T, K) tensor.
+        key: (B, H, S, K) tensor.
+        value: (B, H, S, V) tensor.
+        attention_mask: optional bool (B, T, S); True = may attend.
+
+    Returns:
+        (B, H, T, V): the weights as `attention_weights`'s.
+    """
+    scores = ops.matmul(_scaled(query), ops.swapaxes(key, -1, -2))  # (B, H, T, S)
+    weights = _masked_softmax(scores, attention_mask)
+    return ops.matmul(ops.cast(weights, value.dtype), value)
+
+
+def _scaled(query):
     # Scale before the product so float16 scores stay in range.
-    query = query * ops.cast(1.0 / math.sqrt(head_size), query.dtype)
-    scores = ops.einsum("bthk,bshk->bhts", query, key)  # (B, H, T, S)
+    head_size = ops.shape(query)[-1]
+    return query * ops.cast(1.0 / math.sqrt(head_size), query.dtype)
+
+
+def _masked_softmax(scores, attention_mask):
+    """(B, H, T, S) scores -> float32 weights; masked keys get exactly 0."""
     scores = ops.cast(scores, "float32")
     if attention_mask is None:
         return ops.softmax(scores, axis=-1)

@@ -171,9 +171,14 @@ def test_an_int8_export_multiplies_in_int8_and_stays_near_float32(
     assert read_export_info(out)["quantization"] == "int8"
     assert read_export_info(engine.directory)["quantization"] == "float32"
     for graph in ("encoder.onnx", "decoder_step.onnx"):
-        kinds = [node.op_type for node in onnx.load(out / graph).graph.node]
-        # Every product with a weight, the tied output projection's too.
-        assert "MatMulInteger" in kinds and "MatMul" not in kinds, graph
+        model = onnx.load(out / graph).graph
+        weights = {tensor.name for tensor in model.initializer}
+        kinds = [node.op_type for node in model.node]
+        # Every product with a weight, the tied output projection's too; the
+        # attention's products (of two activations) stay float32.
+        float_products = [n for n in model.node if n.op_type == "MatMul"]
+        assert "MatMulInteger" in kinds, graph
+        assert not [n for n in float_products if weights & set(n.input)], graph
     int8, float32 = (OnnxTranslator(d, threads=1) for d in (out, engine.directory))
     source = np.array([[5, 9, 12, 7, 30, 0, 0]], np.int32)
     step = np.full((1, 1), 2, np.int32)
@@ -282,7 +287,43 @@ def test_another_format_version_is_refused_naming_the_file(tmp_path):
     message = str(refused.value)
     assert str(path) in message
     assert "format_version 99" in message
-    assert f"reads format_version {FORMAT_VERSION}" in message
+    assert "reads format_version 1 and 2" in message
+
+
+@torch_only
+def test_a_format_version_1_export_still_translates(engine, translator, tmp_path):
+    """Version 1's step gave position T's keys/values alone (the caller
+    appended them); made here from a version 2 export by slicing the last
+    position off each present."""
+    old = Path(shutil.copytree(engine.directory, tmp_path / "v1"))
+    _as_version_1(old / "decoder_step.onnx")
+    info = json.loads((old / "export.json").read_text())
+    (old / "export.json").write_text(json.dumps({**info, "format_version": 1}))
+    settings = SETTINGS["beam4"]
+    expected = [h[0][0] for h in translator(settings).nbest(TEXTS)]
+    assert OnnxTranslator(old, threads=1).translate(TEXTS, settings) == expected
+
+
+def _as_version_1(path: Path) -> None:
+    import onnx
+    from onnx import helper, numpy_helper
+
+    graph = onnx.load(path)
+    constants = {"last": [-1], "end": [2**62], "axis": [2]}
+    graph.graph.initializer.extend(
+        numpy_helper.from_array(np.array(v, np.int64), f"v1_{k}")
+        for k, v in constants.items()
+    )
+    renamed = {output.name: output.name + "_v2" for output in graph.graph.output[1:]}
+    for node in graph.graph.node:
+        node.input[:] = [renamed.get(name, name) for name in node.input]
+        node.output[:] = [renamed.get(name, name) for name in node.output]
+    for output in graph.graph.output[1:]:
+        present = renamed[output.name]
+        output.name = output.name.replace("present_", "new_")
+        slicing = [present, "v1_last", "v1_end", "v1_axis"]
+        graph.graph.node.append(helper.make_node("Slice", slicing, [output.name]))
+    onnx.save(graph, path)
 
 
 def test_what_is_not_an_onnx_export_is_refused(tmp_path):
