@@ -117,12 +117,18 @@ class MarianIds:
 
     def kept_rows(self) -> list[int]:
         """Our ids whose rows Marian's vocabulary holds, in Marian's order:
-        every id but an added BOS row (the decoder start's copy)."""
+        every id but an added BOS row (the decoder start's copy).
+
+        Where BOS was added, Marian's one pad row is both the decoder start
+        and the pad, and it takes our BOS row: the decoder reads it first,
+        while as the pad it is masked as an input and never predicted
+        (both searches suppress it). The two rows start equal (the import
+        copies it) and part when a fine-tune trains BOS's; PAD's never is
+        read or predicted."""
         added_bos = len(set(self.marian_ids)) < len(self.marian_ids)
-        rows = [
-            i for i in range(len(self.marian_ids)) if not (added_bos and i == BOS_ID)
-        ]
-        return sorted(rows, key=lambda i: self.marian_ids[i])
+        rows = [i for i in range(len(self.marian_ids)) if i != BOS_ID or not added_bos]
+        rows = sorted(rows, key=lambda i: self.marian_ids[i])
+        return [BOS_ID if added_bos and i == PAD_ID else i for i in rows]
 
     def to_marian_rows(self, table: np.ndarray) -> np.ndarray:
         return table[self.kept_rows()]
