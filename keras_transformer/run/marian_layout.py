@@ -116,15 +116,14 @@ class MarianIds:
         return len(self.kept_rows())
 
     def kept_rows(self) -> list[int]:
-        """Our ids whose rows Marian's vocabulary holds, in Marian's order:
-        every id but an added BOS row (the decoder start's copy).
+        """The row of ours each Marian id takes, in Marian's order: our own
+        id's, but where BOS was added (as a copy of the pad row, the decoder
+        start) Marian's one pad row takes our BOS row.
 
-        Where BOS was added, Marian's one pad row is both the decoder start
-        and the pad, and it takes our BOS row: the decoder reads it first,
-        while as the pad it is masked as an input and never predicted
-        (both searches suppress it). The two rows start equal (the import
-        copies it) and part when a fine-tune trains BOS's; PAD's never is
-        read or predicted."""
+        That row is both the decoder start and the pad: the decoder reads it
+        first, while as the pad it is masked as an input and never predicted
+        (both searches suppress it). Our BOS and PAD rows start equal (the
+        import copies it) and part when a fine-tune trains them."""
         added_bos = len(set(self.marian_ids)) < len(self.marian_ids)
         rows = [i for i in range(len(self.marian_ids)) if i != BOS_ID or not added_bos]
         rows = sorted(rows, key=lambda i: self.marian_ids[i])
