@@ -101,9 +101,10 @@ def lora_variables(layer) -> tuple:
     return layer._kernel, layer.lora_kernel_a, layer.lora_kernel_b
 
 
-def merged_lora_weight(layer):
-    """A LoRA layer's base with its factors merged, as Keras saves it."""
-    return layer.embeddings if hasattr(layer, "lora_embeddings_a") else layer.kernel
+def adapted_weight(layer):
+    """The weight LoRA adapts in `layer` (a `Dense` kernel or an embedding
+    table), with its factors merged when LoRA is enabled, as Keras saves it."""
+    return layer.embeddings if hasattr(layer, "embeddings") else layer.kernel
 
 
 def lora_state(model: keras.Model) -> dict[str, np.ndarray]:

@@ -44,9 +44,9 @@ from keras_transformer.data.text_files import sha256_file
 from keras_transformer.model import build_transformer
 from keras_transformer.run import preset_files
 from keras_transformer.run.checkpoints import (
+    adapted_weight,
     lora_layers,
     lora_variables,
-    merged_lora_weight,
 )
 from keras_transformer.run.directory import RunDirectory, check_vocabulary
 from keras_transformer.training.options import TrainOptions, lora_target_names
@@ -222,7 +222,7 @@ def enable_lora(
     every other weight. Returns the layers."""
     layers = target_layers(model, targets)
     for layer in layers:
-        rows, columns = (int(d) for d in _lora_base(layer).shape)
+        rows, columns = (int(d) for d in adapted_weight(layer).shape)
         if not 1 <= rank <= min(rows, columns):
             raise ValueError(
                 f"--lora-rank {rank}: must be at least 1 and at most the smaller "
@@ -233,11 +233,6 @@ def enable_lora(
         layer.enable_lora(rank, lora_alpha=alpha)
     freeze_all_but_lora(model)
     return layers
-
-
-def _lora_base(layer):
-    """The weight LoRA would adapt: a `Dense` kernel or an embedding table."""
-    return layer.embeddings if hasattr(layer, "embeddings") else layer.kernel
 
 
 def freeze_all_but_lora(model: keras.Model) -> None:
@@ -255,7 +250,7 @@ def merged_model(model: keras.Model, config: TransformerConfig) -> keras.Model:
     as Keras merges them when it saves a LoRA layer."""
     # The merged weight is base + (alpha / rank) A B.
     merged = {
-        id(lora_variables(layer)[0]): merged_lora_weight(layer)
+        id(lora_variables(layer)[0]): adapted_weight(layer)
         for layer in lora_layers(model)
     }
     factors = _factor_ids(model)
