@@ -55,6 +55,7 @@ def expected_param_count(config: TransformerConfig) -> int:
 # --- Sizes and embedding tying ---------------------------------------------
 
 
+@pytest.mark.backend_neutral  # A count of shapes: the same on every backend.
 def test_base_parameter_count_matches_paper():
     config = TransformerConfig.preset("base", vocab_size=37000)
     base_model = build_transformer(config)
@@ -64,6 +65,7 @@ def test_base_parameter_count_matches_paper():
     assert abs(count - 65e6) / 65e6 < 0.05
 
 
+@pytest.mark.backend_neutral  # A count of shapes: the same on every backend.
 def test_big_parameter_count_matches_paper():
     config = TransformerConfig.preset("big", vocab_size=37000)
     big_model = build_transformer(config)

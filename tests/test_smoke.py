@@ -1,7 +1,8 @@
 """End to end on the built-in corpus: tokenizer, batches, fit, decode, BLEU.
 
-One run per backend of the `tiny` model for a few hundred steps on the short
-sentences of the built-in corpus, its vocabulary mostly whole words. It
+One run of the `tiny` model (on TensorFlow; the skip says why) for a few
+hundred steps on the short sentences of the built-in corpus, its vocabulary
+mostly whole words. It
 catches the silent bugs that unit tests miss (swapped inputs, a wrong
 shift, leaking masks, a loss counting padding): the loss must fall far
 below its start and greedy decoding must reproduce many references of a
@@ -40,10 +41,11 @@ def _write_split(directory, name, pairs):
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    keras.backend.backend() == "torch",
-    reason="torch trains the same losses and weights as TensorFlow and JAX "
-    "(test_backend_parity: training steps, logits, trained translations); "
-    "700 eager updates here cost 13 minutes of the torch suite",
+    keras.backend.backend() != "tensorflow",
+    reason="one backend learns it here (TensorFlow: 115 s on CI, JAX 137 s, "
+    "torch's eager updates 13 minutes); the others train the same losses and "
+    "weights and translate the trained model alike (test_backend_parity: "
+    "training steps, logits, trained translations)",
 )
 def test_tiny_model_learns_builtin_corpus(tmp_path):
     corpus = generate_corpus(num_train=20000, num_valid=200, num_test=200, seed=7)
