@@ -2,7 +2,8 @@
 
 Starts from a trained run (`--init-from`, e.g. a `small` Multi30k model) and
 fine-tunes it on a new corpus (`--dataset`, default the built-in one) with
-`--lora-rank R` at each of `--lora-rates` and fully at each of
+`--lora-rank R` (and `--embedding-rank E`: `--lora-embedding-rank`, the
+table's) at each of `--lora-rates` and fully at each of
 `--full-rates` (peaks of the fine-tuning schedule), `--steps` updates each,
 one after the other (`keras-transformer train` in a child process under
 `/usr/bin/time`, for its peak memory); `--paper` adds one run of each under
@@ -15,7 +16,7 @@ peak RSS and BLEU as a table, and LoRA's best gain on the new domain as a
 share of full fine-tuning's.
 
     python benchmarks/fine_tune.py --init-from RUN --out DIR \\
-        [--steps 200 --rank 8 --lora-rates 3e-4,1e-3,3e-3 --paper]
+        [--steps 200 --rank 8 --embedding-rank 32 --lora-rates 3e-4,1e-3 --paper]
 """
 
 from __future__ import annotations
@@ -107,8 +108,12 @@ def old_domain_bleu(args: argparse.Namespace, model: str | None) -> float:
 def contenders(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     """(row name, run directory name, train flags) of every fine-tune."""
     lora = ["--lora-rank", str(args.rank)]
+    label = f"LoRA rank {args.rank}"
+    if args.embedding_rank is not None:
+        lora += ["--lora-embedding-rank", str(args.embedding_rank)]
+        label += f", table rank {args.embedding_rank}"
     runs = [
-        (f"LoRA rank {args.rank}, peak {rate:g}", f"lora-{rate:g}",
+        (f"{label}, peak {rate:g}", f"lora-{rate:g}",
          [*lora, "--learning-rate", f"{rate:g}"])
         for rate in args.lora_rates
     ] + [
@@ -118,7 +123,7 @@ def contenders(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     if args.paper:
         paper = ["--fine-tune-schedule", "paper", *PAPER_FLAGS.split()]
         runs += [
-            (f"LoRA rank {args.rank}, paper's schedule", "lora-paper", [*lora, *paper]),
+            (f"{label}, paper's schedule", "lora-paper", [*lora, *paper]),
             ("full, paper's schedule", "full-paper", paper),
         ]
     return runs
@@ -184,6 +189,8 @@ def main() -> None:
     parser.add_argument("--old-ref")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rank", type=int, default=8)
+    parser.add_argument("--embedding-rank", type=int,
+                        help="the table's rank (--lora-embedding-rank)")  # fmt: skip
     parser.add_argument("--lora-rates", type=_rates, default="3e-4,1e-3,3e-3")
     parser.add_argument("--full-rates", type=_rates, default="3e-5,1e-4,3e-4")
     parser.add_argument("--paper", action="store_true",

@@ -134,7 +134,8 @@ def restore_lora_state(model: keras.Model, state: dict[str, np.ndarray], where) 
         if tuple(state[path].shape) != tuple(variable.shape):
             raise ValueError(
                 f"{where}: {path} has shape {state[path].shape}, the model's "
-                f"is {tuple(variable.shape)} (another --lora-rank?)"
+                f"is {tuple(variable.shape)} (another --lora-rank or "
+                "--lora-embedding-rank?)"
             )
         variable.assign(state[path])
 

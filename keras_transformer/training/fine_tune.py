@@ -205,32 +205,52 @@ def target_layers(model: keras.Model, targets: str) -> list:
             feed_forward = block.feed_forward
             chosen += [feed_forward.intermediate_dense, feed_forward.output_dense]
     if "embeddings" in names:
-        parts = model._parts
-        for table in (parts.source_embedding, parts.target_embedding):
-            if table not in chosen:  # One layer when shared.
-                chosen.append(table)
-        if parts.output_projection is not None:  # Untied.
-            chosen.append(parts.output_projection)
+        chosen += vocabulary_layers(model)
     return chosen
 
 
+def vocabulary_layers(model: keras.Model) -> list:
+    """The layers with a row or column per token, the `embeddings` target:
+    each embedding table (one when shared) and an untied output projection."""
+    parts = model._parts
+    layers = [parts.source_embedding]
+    if parts.target_embedding is not parts.source_embedding:
+        layers.append(parts.target_embedding)
+    if parts.output_projection is not None:  # Untied.
+        layers.append(parts.output_projection)
+    return layers
+
+
 def enable_lora(
-    model: keras.Model, rank: int, targets: str, alpha: float | None = None
+    model: keras.Model,
+    rank: int,
+    targets: str,
+    alpha: float | None = None,
+    embedding_rank: int | None = None,
 ) -> list:
-    """Enable LoRA of `rank` on the target layers (checked first: the rank
-    must be at least 1 and at most each weight's smaller side), then freeze
-    every other weight. Returns the layers."""
+    """Enable LoRA on the target layers, of `embedding_rank` (default
+    `rank`) on the vocabulary layers and `rank` on the others (checked
+    first: at least 1 and at most each weight's smaller side), then freeze
+    every other weight. Returns the layers. `alpha` is every layer's scale
+    numerator (its update is alpha / its rank * A B; none: its rank)."""
     layers = target_layers(model, targets)
+    vocabulary = {id(layer) for layer in vocabulary_layers(model)}
+    ranks = []
     for layer in layers:
+        own = id(layer) in vocabulary and embedding_rank is not None
+        layer_rank, flag = (
+            (embedding_rank, "--lora-embedding-rank") if own else (rank, "--lora-rank")
+        )
         rows, columns = (int(d) for d in adapted_weight(layer).shape)
-        if not 1 <= rank <= min(rows, columns):
+        if not 1 <= layer_rank <= min(rows, columns):
             raise ValueError(
-                f"--lora-rank {rank}: must be at least 1 and at most the smaller "
-                f"side of every target weight; {layer.path} is "
+                f"{flag} {layer_rank}: must be at least 1 and at most the "
+                f"smaller side of every weight it adapts; {layer.path} is "
                 f"{rows}x{columns} (at most {min(rows, columns)})."
             )
-    for layer in layers:
-        layer.enable_lora(rank, lora_alpha=alpha)
+        ranks.append(layer_rank)
+    for layer, layer_rank in zip(layers, ranks):
+        layer.enable_lora(layer_rank, lora_alpha=alpha)
     freeze_all_but_lora(model)
     return layers
 

@@ -121,6 +121,10 @@ def run_identity(
             "alpha": float(options.lora_alpha or options.lora_rank),
             "targets": sorted(lora_target_names(options.lora_targets)),
         }
+        if options.lora_embedding_rank is not None:  # Runs before it keep theirs.
+            rank = options.lora_embedding_rank
+            identity["lora"]["embedding_rank"] = rank
+            identity["lora"]["embedding_alpha"] = float(options.lora_alpha or rank)
         schedule = fine_tune_schedule(options)
         # The paper's is implied, as in fine-tunes from before the option
         # (they resume with --fine-tune-schedule paper).
@@ -218,6 +222,7 @@ class _Job:
                 self.options.lora_rank,
                 self.options.lora_targets,
                 self.options.lora_alpha,
+                self.options.lora_embedding_rank,
             )
 
     def final_model(self) -> keras.Model:
@@ -233,11 +238,15 @@ class _Job:
         if self.init is None:
             return f"preset {self.options.preset}, {count}"
         trainable = sum(int(np.prod(v.shape)) for v in self.model.trainable_weights)
+        options = self.options
         how = (
-            f"LoRA rank {self.options.lora_rank} on {self.options.lora_targets}"
-            if self.options.lora_rank
+            f"LoRA rank {options.lora_rank} on {options.lora_targets}"
+            if options.lora_rank
             else "all weights"
         )
+        if options.lora_rank and options.lora_embedding_rank is not None:
+            how += f", rank {options.lora_embedding_rank} on the vocabulary layers"
+
         return f"fine-tune of {self.init.path} ({how}), {count}, {trainable:,} trained"
 
     def _check_stored_config(self) -> None:

@@ -176,8 +176,8 @@ class TrainOptions:
     )
     lora_alpha: float | None = setting(
         None,
-        "LoRA scale numerator: a projection's update is (alpha / rank) * A @ B; "
-        "none: the rank (a scale of 1)",
+        "LoRA scale numerator, every target's: its update is (alpha / its rank) "
+        "* A @ B; none: its rank (a scale of 1)",
         minimum=0,
         strict=True,
     )
@@ -187,6 +187,15 @@ class TrainOptions:
         + ",".join(LORA_TARGETS)
         + " (attention query/key/value/output, the feed-forward's two, the "
         "embedding table and output projection)",
+    )
+    lora_embedding_rank: int | None = setting(
+        None,
+        "with --lora-rank and the embeddings target: the rank of the embedding "
+        "table's (and an untied output projection's) factors, as PEFT's "
+        "rank_pattern sets one module's; a new domain's words move many rows "
+        "of the table, which a rank-8 update cannot follow "
+        "(docs/benchmarks-fine-tuning.md). None: --lora-rank",
+        minimum=1,
     )
     verbose: str = setting(
         "auto",
@@ -228,6 +237,7 @@ _FINE_TUNE_ONLY = (
     "lora_rank",
     "lora_alpha",
     "lora_targets",
+    "lora_embedding_rank",
     "fine_tune_schedule",
     "learning_rate",
 )
@@ -290,10 +300,19 @@ def _check_fine_tune(options: TrainOptions) -> None:
         return
     _check_fine_tune_rate(options)
     if options.lora_rank is None:
-        for name in ("lora_alpha", "lora_targets"):
+        for name in ("lora_alpha", "lora_targets", "lora_embedding_rank"):
             if getattr(options, name) != defaults[name]:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{flag} applies to LoRA: add --lora-rank R.")
+    elif options.lora_embedding_rank is not None and "embeddings" not in (
+        lora_target_names(options.lora_targets)
+    ):
+        raise ValueError(
+            f"--lora-embedding-rank {options.lora_embedding_rank} sets the "
+            f"embedding table's rank, but --lora-targets {options.lora_targets} "
+            "leaves the table out: add embeddings to --lora-targets, or drop "
+            "--lora-embedding-rank."
+        )
     # --tokenizer and --vocab-size are checked against the trained model's
     # (`training.fine_tune`): a store's values come back through `replace`.
     if options.preset != defaults["preset"]:

@@ -15,14 +15,24 @@ from keras_transformer.data.prepare import prepare_store, store_location
 from keras_transformer.data.store_options import PrepareOptions
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.export.preset import export_preset
+from keras_transformer.model import build_transformer
 from keras_transformer.run import checkpoints
 from keras_transformer.run.directory import RunConflict, RunDirectory
 from keras_transformer.schedules import FineTuneSchedule
 from keras_transformer.training import TrainingInterrupted, TrainOptions, train
-from keras_transformer.training.fine_tune import enable_lora, target_layers
+from keras_transformer.training.fine_tune import (
+    enable_lora,
+    target_layers,
+    vocabulary_layers,
+)
 from keras_transformer.training.model_setup import build_model, fine_tune_schedule
 from keras_transformer.training.options import LORA_TARGETS
-from tests.helpers import predict_logits, training_options, write_training_corpus
+from tests.helpers import (
+    predict_logits,
+    small_config,
+    training_options,
+    write_training_corpus,
+)
 from tests.training.test_job import SignalAtBatch
 
 pytestmark = pytest.mark.slow
@@ -172,10 +182,46 @@ def test_each_checkpoint_has_its_lora_sidecar_and_translation_loads_it(lora_run)
     assert not checkpoints.lora_layers(inference.model)
 
 
-def test_resume_with_other_lora_settings_is_refused(lora_run, corpus_files, base_run):
+@pytest.mark.parametrize(
+    "changes", [dict(lora_rank=RANK + 1), dict(lora_rank=RANK, lora_embedding_rank=5)]
+)
+def test_resume_with_other_lora_settings_is_refused(
+    lora_run, corpus_files, base_run, changes
+):
     run_dir, _ = lora_run
     with pytest.raises(RunConflict):
-        train(fine_tune_options(run_dir, corpus_files, base_run, lora_rank=RANK + 1))
+        train(fine_tune_options(run_dir, corpus_files, base_run, **changes))
+
+
+@pytest.mark.parametrize("share_embeddings", [True, False])
+def test_the_vocabulary_layers_take_their_own_rank(share_embeddings):
+    """--lora-embedding-rank: the tables (one when shared) and an untied
+    output projection get its rank, every other target --lora-rank's; a
+    rank over a table's smaller side is refused naming the flag."""
+    config = small_config(
+        share_embeddings=share_embeddings,
+        tie_output_projection=share_embeddings,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+    )
+    model = build_transformer(config)
+    layers = enable_lora(model, 2, ",".join(LORA_TARGETS), embedding_rank=6)
+    vocabulary = vocabulary_layers(model)
+    assert len(vocabulary) == (1 if share_embeddings else 3)
+    assert {layer.lora_rank for layer in vocabulary} == {6}
+    others = [layer for layer in layers if layer not in vocabulary]
+    assert len(others) + len(vocabulary) == len(layers) > len(vocabulary)
+    assert {layer.lora_rank for layer in others} == {2}
+    table = model._parts.target_embedding
+    assert [tuple(v.shape) for v in checkpoints.lora_variables(table)[1:]] == [
+        (config.vocab_size, 6),
+        (6, config.d_model),
+    ]
+    wide = config.d_model + 1
+    with pytest.raises(ValueError, match=rf"--lora-embedding-rank {wide}: .*embedding"):
+        enable_lora(
+            build_transformer(config), 2, "value,embeddings", embedding_rank=wide
+        )
 
 
 @not_on_tensorflow
@@ -290,6 +336,15 @@ def test_lora_from_a_preset_of_a_lora_run(lora_run, tmp_path, corpus_files):
         (dict(lora_rank=0), "--lora-rank"),
         (dict(lora_rank=2, init_from=None), "--lora-rank fine-tunes a trained model"),
         (dict(lora_targets="query,bias"), "--lora-targets"),
+        (dict(lora_embedding_rank=0), "--lora-embedding-rank"),
+        (
+            dict(lora_rank=None, lora_embedding_rank=16),
+            "--lora-embedding-rank applies to LoRA: add --lora-rank",
+        ),
+        (
+            dict(lora_targets="query,value", lora_embedding_rank=16),
+            "--lora-targets query,value leaves the table out",
+        ),
         (dict(overrides={"d_model": 64}), "--set d_model=64"),
         (dict(preset="base"), "--preset base"),
         (
