@@ -2,11 +2,11 @@
 
 One run of the `tiny` model (on TensorFlow; the skip says why) for a few
 hundred steps on the short sentences of the built-in corpus, its vocabulary
-mostly whole words. It
-catches the silent bugs that unit tests miss (swapped inputs, a wrong
-shift, leaking masks, a loss counting padding): the loss must fall far
-below its start and greedy decoding must reproduce many references of a
-small held-out set exactly (a bug of that kind leaves almost none).
+mostly whole words. It catches the silent bugs that unit tests miss
+(swapped inputs, a wrong shift, leaking masks, a loss counting padding):
+the loss must fall far below its start and greedy decoding must reproduce
+many references of a small held-out set exactly (a bug of that kind leaves
+almost none).
 """
 
 from __future__ import annotations

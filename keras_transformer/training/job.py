@@ -246,7 +246,6 @@ class _Job:
         )
         if options.lora_rank and options.lora_embedding_rank is not None:
             how += f", rank {options.lora_embedding_rank} on the vocabulary layers"
-
         return f"fine-tune of {self.init.path} ({how}), {count}, {trainable:,} trained"
 
     def _check_stored_config(self) -> None:

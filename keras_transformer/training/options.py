@@ -192,9 +192,9 @@ class TrainOptions:
         None,
         "with --lora-rank and the embeddings target: the rank of the embedding "
         "table's (and an untied output projection's) factors, as PEFT's "
-        "rank_pattern sets one module's; a new domain's words move many rows "
-        "of the table, which a rank-8 update cannot follow "
-        "(docs/benchmarks-fine-tuning.md). None: --lora-rank",
+        "rank_pattern sets one module's: a new domain's words move many of "
+        "the table's rows, which a low-rank update follows only in part. "
+        "None: --lora-rank",
         minimum=1,
     )
     verbose: str = setting(
