@@ -71,8 +71,16 @@ class TransformerConfig:
     # A learned bias added to the logits (MarianMT's final_logits_bias);
     # the paper's tied projection has none.
     output_bias: bool = False
+    # The parsing decoder's word pointer (`layers.WordPointer`): the target
+    # ids of the phrase brackets, every other non-reserved id being a tag
+    # that moves it to the next word. None: no pointer (the paper's model).
+    pointer_bracket_ids: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.pointer_bracket_ids, list):  # As JSON reads it.
+            object.__setattr__(
+                self, "pointer_bracket_ids", tuple(self.pointer_bracket_ids)
+            )
         _validate(self)
 
     @property
@@ -112,7 +120,11 @@ class TransformerConfig:
         return dataclasses.replace(self, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as JSON holds them (a tuple as a list)."""
+        values = dataclasses.asdict(self)
+        if self.pointer_bracket_ids is not None:
+            values["pointer_bracket_ids"] = list(self.pointer_bracket_ids)
+        return values
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
@@ -220,6 +232,7 @@ def _validate(config: TransformerConfig) -> None:
         "output_bias",
     ):
         _check_type(config, name, (bool,))
+    _check_pointer(config)
     if config.position_encoding not in POSITION_ENCODINGS:
         _fail(
             "position_encoding",
@@ -241,6 +254,20 @@ def _validate(config: TransformerConfig) -> None:
             f"None or equal to vocab_size={config.vocab_size} when "
             "share_embeddings=True",
         )
+
+
+def _check_pointer(config: TransformerConfig) -> None:
+    ids = config.pointer_bracket_ids
+    if ids is None:
+        return
+    expected = f"None or a tuple of target ids in [4, {config.output_vocab_size})"
+    if not isinstance(ids, tuple) or not ids:
+        _fail("pointer_bracket_ids", ids, expected)
+    for token_id in ids:
+        if isinstance(token_id, bool) or not isinstance(token_id, int):
+            _fail("pointer_bracket_ids", ids, expected)
+        if not EOS_ID < token_id < config.output_vocab_size:
+            _fail("pointer_bracket_ids", ids, expected)
 
 
 _BASE = TransformerConfig()

@@ -26,6 +26,7 @@ from keras_transformer.layers import (
     LogitsBias,
     ScaledEmbedding,
     SinusoidalPositionalEncoding,
+    WordPointer,
     masks,
     sinusoidal_table,
 )
@@ -72,6 +73,7 @@ def _make_layers(config: TransformerConfig) -> SimpleNamespace:
         target_embedding=target_embedding,
         output_projection=output_projection,
         output_bias=LogitsBias(name="output_bias") if config.output_bias else None,
+        word_pointer=_word_pointer(config),
         source_position=_position_layer(config, "source_position"),
         target_position=_position_layer(config, "target_position"),
         # §5.4: dropout on the sums of embeddings and positional encodings.
@@ -93,6 +95,12 @@ def _make_layers(config: TransformerConfig) -> SimpleNamespace:
         encoder_norm=_final_norm(config, "encoder_norm"),
         decoder_norm=_final_norm(config, "decoder_norm"),
     )
+
+
+def _word_pointer(config: TransformerConfig) -> WordPointer | None:
+    if config.pointer_bracket_ids is None:
+        return None
+    return WordPointer(config.pointer_bracket_ids, config.d_model, name="word_pointer")
 
 
 def _position_layer(config: TransformerConfig, name: str):
@@ -140,6 +148,9 @@ def _decode(
     config = layers.config
     y = layers.target_embedding(target_ids)
     y = layers.target_position(y)
+    if layers.word_pointer is not None:
+        index = layers.word_pointer.word_index(target_ids)
+        y = y + layers.word_pointer(memory, source_ids, index)
     y = layers.target_dropout(y, training=training)
     self_mask = masks.self_attention_mask(
         target_ids, causal=True, window=config.attention_window
@@ -281,19 +292,27 @@ class Transformer(TokenLossLogs, keras.Model):
 
     def init_decode_cache(self, batch_size: int, max_length: int):
         """Zero self-attention caches: one (key, value) pair per decoder layer,
-        (B, H, L_max, d_k) and (B, H, L_max, K) (d_k = K unless key_dim)."""
-        return [
+        (B, H, L_max, d_k) and (B, H, L_max, K) (d_k = K unless key_dim);
+        with a word pointer, then its (B, 1, L_max, 1) int32 cache."""
+        caches = [
             block.self_attention.empty_cache(batch_size, max_length)
             for block in self._parts.decoder_blocks
         ]
+        if self._parts.word_pointer is not None:
+            caches.append(self._parts.word_pointer.empty_cache(batch_size, max_length))
+        return caches
 
     def cross_key_values(self, memory):
         """Cross-attention keys/values of every decoder layer, computed once
-        per source: a list of (keys, values), (B, H, S, d_k) and (B, H, S, K)."""
-        return [
+        per source: a list of (keys, values), (B, H, S, d_k) and (B, H, S, K);
+        with a word pointer, then its projected states (B, S, D)."""
+        key_values = [
             block.cross_attention.project_key_value_cache(memory)
             for block in self._parts.decoder_blocks
         ]
+        if self._parts.word_pointer is not None:
+            key_values.append(self._parts.word_pointer.project(memory))
+        return key_values
 
     def decode_step(
         self, target_ids, step, cache, cross_key_values, source_ids, beams: int = 1
@@ -312,6 +331,15 @@ class Transformer(TokenLossLogs, keras.Model):
         parts = self._parts
         y = parts.target_embedding(target_ids)
         y = parts.target_position(y, start_index=step)
+        pointer_cache = []
+        if parts.word_pointer is not None:  # Its states end the cross list.
+            index, word_cache = parts.word_pointer.step_index(
+                cache[-1], target_ids, step
+            )
+            y = y + parts.word_pointer.gather(
+                cross_key_values[-1], source_ids, index, beams
+            )
+            pointer_cache = [word_cache]
         self_mask = self.step_self_attention_mask(
             target_ids, step, ops.shape(cache[0][0])[2]
         )
@@ -324,7 +352,7 @@ class Transformer(TokenLossLogs, keras.Model):
                 y, layer_cache, key_value, step, self_mask, cross_mask, beams
             )
             new_cache.append(layer_cache)
-        return _logits(parts, y), new_cache
+        return _logits(parts, y), new_cache + pointer_cache
 
     def step_self_attention_mask(self, target_ids, step, key_length):
         """Where new positions may look in a self-attention cache of

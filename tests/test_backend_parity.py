@@ -2,7 +2,8 @@
 steps and, trained, the same translations under every other.
 
 One worker subprocess per installed backend (the backend is fixed when Keras
-is imported), all at the same time: each builds a seeded tiny model, saves
+is imported), all at the same time: each builds a seeded tiny model (with a
+word pointer), saves
 it with fixed inputs, saves a second one without dropout, trains a third one
 briefly on a toy task and saves it, then waits for every other worker's
 files and, for every model (its own included), computes the logits on that
@@ -93,7 +94,9 @@ WORKER = textwrap.dedent(
 
 
     keras.utils.set_random_seed(2024)
-    model = build_transformer(config())
+    # With a parsing decoder's word pointer (4-6 are its brackets): its
+    # gather and projection are checked here; the other models are plain.
+    model = build_transformer(config(pointer_bracket_ids=(4, 5, 6)))
     rng = np.random.default_rng(len(backend))
     source = rng.integers(1, VOCAB, size=(3, 7)).astype("int32")
     target = rng.integers(1, VOCAB, size=(3, 5)).astype("int32")

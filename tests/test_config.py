@@ -114,6 +114,11 @@ def _assert_names(error, field, value):
         ("norm_first", "yes"),
         ("activation", "gelu_new"),
         ("output_bias", 1),
+        ("pointer_bracket_ids", ()),
+        ("pointer_bracket_ids", (3, 4)),
+        ("pointer_bracket_ids", (4, 37000)),
+        ("pointer_bracket_ids", (4.0,)),
+        ("pointer_bracket_ids", "4"),
     ],
 )
 def test_invalid_value_names_field_and_value(field, value):
@@ -190,6 +195,7 @@ def test_dict_round_trip():
             norm_first=True,
             attention_window=3,
             layer_norm_epsilon=1e-5,
+            pointer_bracket_ids=(4, 5, 9),
         ),
     ],
 )

@@ -258,6 +258,8 @@ def test_layers_by_role(model):
         {"norm_first": True, "position_encoding": "learned", "attention_window": 3},
         # An imported MarianMT's (OPUS-MT): swish and a logits bias.
         {"activation": "swish", "output_bias": True},
+        # A parsing model's word pointer (--word-pointer).
+        {"pointer_bracket_ids": (4, 5, 6)},
     ],
 )
 def test_save_and_load_keras_file(tmp_path, options):

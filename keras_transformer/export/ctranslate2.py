@@ -260,6 +260,11 @@ def _check_representable(config, tokenizer) -> None:
             f"attention_window={config.attention_window} (CTranslate2 has no "
             "local attention of this kind)"
         )
+    if config.pointer_bracket_ids is not None:
+        problems.append(
+            "its decoder has a word pointer (--word-pointer; CTranslate2's "
+            "decoder has no such input)"
+        )
     if config.key_dim not in (None, config.d_model // config.num_heads):
         problems.append(
             f"key_dim={config.key_dim} differs from d_model / num_heads = "

@@ -130,6 +130,12 @@ def _cross_attend(attention, keys_values, mask):
 def write_graphs(model, directory: Path) -> dict:
     """Export `model`'s encoder and decoder step to `directory`; returns
     what export.json records of them (the opset)."""
+    if model.config.pointer_bracket_ids is not None:
+        raise ValueError(
+            "This model cannot be exported to ONNX: its decoder's word pointer "
+            "(--word-pointer) has no step graph here. Use the Keras engine "
+            "(parse, serve) or --format savedmodel."
+        )
     layers = model.config.num_decoder_layers
     source_ids = _sample_source(model.config.vocab_size)
     encoder = EncoderGraph(model)

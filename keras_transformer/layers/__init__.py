@@ -17,6 +17,7 @@ from keras_transformer.layers.sinusoidal_positional_encoding import (
     SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
+from keras_transformer.layers.word_pointer import WordPointer
 
 __all__ = [
     "DecoderBlock",
@@ -28,6 +29,7 @@ __all__ = [
     "ScaledDotProductAttention",
     "ScaledEmbedding",
     "SinusoidalPositionalEncoding",
+    "WordPointer",
     "attention_weights",
     "sinusoidal_table",
 ]

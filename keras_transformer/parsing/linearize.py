@@ -120,6 +120,18 @@ def token_role(token: str) -> tuple[str, str | None]:
     return "junk", None
 
 
+def bracket_ids(vocabulary) -> tuple[int, ...]:
+    """The ids of `vocabulary` (tokens by id) that are not tags: the phrase
+    brackets, and any other token `delinearize` drops but the reserved ones
+    (which the pointer skips by id). What a decoder's word pointer
+    (`layers.WordPointer`) does not move at."""
+    return tuple(
+        token_id
+        for token_id, token in enumerate(vocabulary)
+        if token not in _JUNK_TOKENS and token_role(token)[0] != "tag"
+    )
+
+
 def _check_label(label: str) -> None:
     if not _is_label(label):
         raise ValueError(

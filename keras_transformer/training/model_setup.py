@@ -13,6 +13,7 @@ from typing import Any
 import keras
 
 from keras_transformer.config import TransformerConfig
+from keras_transformer.data.tasks import pointer_bracket_ids
 from keras_transformer.losses import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import (
     MaskedTokenAccuracy,
@@ -35,10 +36,12 @@ from keras_transformer.training.options import (
 
 def model_config(options: TrainOptions, tokenizer) -> TransformerConfig:
     """The preset with the overrides and the tokenizer's vocabulary size
-    (`TrainOptions` refuses an override of it: the tokenizer owns it)."""
-    return TransformerConfig.preset(
-        options.preset, **{**options.overrides, "vocab_size": tokenizer.vocab_size}
-    )
+    (`TrainOptions` refuses an override of it: the tokenizer owns it), and
+    with `--word-pointer` the vocabulary's bracket ids."""
+    fields = {**options.overrides, "vocab_size": tokenizer.vocab_size}
+    if options.word_pointer:
+        fields["pointer_bracket_ids"] = pointer_bracket_ids(tokenizer.vocabulary)
+    return TransformerConfig.preset(options.preset, **fields)
 
 
 def compile_model(

@@ -197,6 +197,13 @@ class TrainOptions:
         "None: --lora-rank",
         minimum=1,
     )
+    word_pointer: bool = setting(
+        False,
+        "--task parsing: add to each decoder position the encoder state of "
+        "its current word, the one its next tag is for (Liu, Zhu & Shi "
+        "2018's deterministic attention; docs/parsing.md); needs "
+        "--linearization tags",
+    )
     verbose: str = setting(
         "auto",
         "fit output: 1 a progress bar, 2 a line per epoch, 0 none; auto: 1 on a "
@@ -356,6 +363,27 @@ def _check_task(options: TrainOptions) -> None:
             "word and per tree symbol; subword pieces would split the "
             f"brackets). Received: --tokenizer {options.tokenizer}."
         )
+    if options.word_pointer:
+        _check_word_pointer(options)
+
+
+def _check_word_pointer(options: TrainOptions) -> None:
+    if options.task != "parsing":
+        raise ValueError(
+            "--word-pointer follows the words of a parse (--task parsing); "
+            f"this run's task is {options.task}."
+        )
+    if options.data.with_words:
+        raise ValueError(
+            "--word-pointer replaces the words in the targets: use it with "
+            "--linearization tags, not tags+words (a copy would move the "
+            "pointer as a tag does)."
+        )
+    if options.init_from is not None:
+        raise ValueError(
+            "--word-pointer with --init-from: a fine-tune keeps its model's "
+            "layers; the pointer comes from the run it starts from."
+        )
 
 
 def _check_positions(preset: str, overrides: dict[str, Any], max_length: int) -> None:
@@ -397,3 +425,8 @@ def _check_overrides(overrides: dict[str, Any], vocab_size: int) -> None:
                 f"for source and target; set --vocab-size (vocab_size="
                 f"{vocab_size} now) instead, and drop the --set."
             )
+    if overrides.get("pointer_bracket_ids") is not None:
+        raise ValueError(
+            "--set pointer_bracket_ids: the tokenizer's vocabulary decides "
+            "which ids are brackets; pass --word-pointer instead."
+        )

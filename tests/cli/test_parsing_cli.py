@@ -286,3 +286,20 @@ def test_evaluate_parsing_lenient_utf8_needs_hyp(tmp_path, capsys):
 def test_linearization_without_trees_exits_2(train_exit, capsys):
     assert train_exit("--linearization", "tags+words") == 2
     assert "--linearization applies to --train-trees" in capsys.readouterr().err
+
+
+def test_word_pointer_outside_parsing_exits_2(train_exit, capsys):
+    assert train_exit("--word-pointer") == 2
+    assert "--word-pointer follows the words of a parse" in capsys.readouterr().err
+
+
+def test_word_pointer_with_the_words_in_the_targets_exits_2(train_exit, capsys):
+    argv = ["--task", "parsing", "--train-trees", TREES, "--word-pointer"]
+    assert train_exit(*argv, "--linearization", "tags+words") == 2
+    assert "use it with --linearization tags" in capsys.readouterr().err
+
+
+def test_pointer_bracket_ids_are_not_set_by_hand(train_exit, capsys):
+    argv = ["--task", "parsing", "--train-trees", TREES]
+    assert train_exit(*argv, "--set", "pointer_bracket_ids=[4]") == 2
+    assert "pass --word-pointer instead" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import pytest
 
 from keras_transformer import build_transformer
 from keras_transformer.config import EOS_ID, PAD_ID
+from keras_transformer.data.tasks import pointer_bracket_ids
 from keras_transformer.data.tokenizer import WordTokenizer
 from keras_transformer.decoding.generator import SequenceGenerator
 from keras_transformer.decoding.translator import Translator
@@ -163,11 +164,38 @@ def test_every_output_of_an_untrained_model_is_a_tree(model, with_words, beam_si
     assert repairs(bound(texts), texts, with_words) == [()] * len(texts)
 
 
-def test_segments_whole_and_uncached_searches_agree(model):
+@pytest.fixture(scope="module")
+def pointer_model():
+    """The model with a word pointer (`--word-pointer`), untrained."""
+    config = small_config(
+        vocab_size=len(VOCABULARY),
+        d_model=16,
+        d_ff=32,
+        num_heads=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        pointer_bracket_ids=pointer_bracket_ids(VOCABULARY),
+    )
+    model = build_transformer(config)
+    set_seeded_weights(model, seed=0, eos_bias=2.0)
+    return model
+
+
+def test_the_pointer_skips_the_brackets_only():
+    skipped = {VOCABULARY[i] for i in pointer_bracket_ids(VOCABULARY)}
+    assert skipped == {f"{side}{label}" for side in "()" for label in LABELS}
+
+
+@pytest.mark.parametrize("with_pointer", [False, True])
+def test_segments_whole_and_uncached_searches_agree(model, pointer_model, with_pointer):
     """The grammar's state rides with the beams through every path, each
     output a tree: a batch of 12 that shrinks as rows finish while its
-    caches grow, the whole search as one program, and the uncached search."""
-    grammar = TreeGrammar.for_tokenizer(TOKENIZER, with_words=True)
+    caches grow, the whole search as one program, and the uncached search.
+    A word pointer's cache and states ride along the same way (tags only:
+    the pointer replaces the copies)."""
+    with_words = not with_pointer
+    model = pointer_model if with_pointer else model
+    grammar = TreeGrammar.for_tokenizer(TOKENIZER, with_words=with_words)
     settings = dict(beam_size=4, **SEARCH)
     segmented = SequenceGenerator(model, grammar=grammar, **settings)
     whole = SequenceGenerator(model, grammar=grammar, drop_finished=False, **settings)
@@ -183,4 +211,4 @@ def test_segments_whole_and_uncached_searches_agree(model):
     np.testing.assert_array_equal(uncached(source)[0], outputs)
     ends = (PAD_ID, EOS_ID)
     best = [" ".join(VOCABULARY[i] for i in r if i not in ends) for r in outputs[:, 0]]
-    assert repairs(best, texts, with_words=True) == [()] * len(texts)
+    assert repairs(best, texts, with_words=with_words) == [()] * len(texts)

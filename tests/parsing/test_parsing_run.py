@@ -18,6 +18,7 @@ import random
 import pytest
 
 from keras_transformer.cli import main
+from keras_transformer.data.tokenizer import load_tokenizer
 from keras_transformer.parsing.tree import parse_tree
 from tests.helpers import TRAINING_MODEL
 
@@ -169,6 +170,35 @@ def test_a_run_with_words_in_its_targets_parses_with_them(tmp_path, capsys):
     (tree,) = captured.out.splitlines()
     assert parse_tree(tree).words() == ["Anna", "saw", "the", "dog", "."]
     assert "repaired" not in captured.err  # Each tag wrote its word's copy.
+
+
+def test_a_word_pointer_run_trains_parses_and_scores(tmp_path, capsys):
+    _write_treebank(tmp_path / "train.mrg", 60, seed=4)
+    _write_treebank(tmp_path / "dev.mrg", 6, seed=5)
+    run = tmp_path / "run"
+    overrides = [f"--set={key}={value}" for key, value in TRAINING_MODEL.items()]
+    argv = [
+        "train", "--task", "parsing", "--run-dir", str(run), "--word-pointer",
+        "--train-trees", str(tmp_path / "train.mrg"),
+        "--test-trees", str(tmp_path / "dev.mrg"), *overrides,
+        "--vocab-size", "100", "--tokens-per-batch", "1024", "--max-length", "64",
+        "--max-steps", "2", "--checkpoint-every", "0", "--eval-every", "0",
+        "--beam-size", "2", "--verbose", "0",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    config = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    tokens = load_tokenizer(run / "tokenizer").vocabulary
+    skipped = {tokens[i] for i in config["pointer_bracket_ids"]}
+    assert "(NP" in skipped and ")S" in skipped and "NN" not in skipped
+    scores = json.loads((run / "test_scores.json").read_text(encoding="utf-8"))
+    assert scores["parsed"] == 6 and scores["repaired"] == 0
+    source = tmp_path / "in.txt"
+    source.write_text("Anna saw the dog .\n", encoding="utf-8")
+    capsys.readouterr()
+    parse = ["parse", "--run-dir", str(run), "--input", str(source)]
+    assert main([*parse, "--beam-size", "2", "--max-extra-length", "10"]) == 0
+    (tree,) = capsys.readouterr().out.splitlines()
+    assert parse_tree(tree).words() == ["Anna", "saw", "the", "dog", "."]
 
 
 def test_a_parsing_run_is_not_exported(parsing_run, tmp_path, capsys):
