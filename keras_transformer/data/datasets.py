@@ -29,9 +29,12 @@ from keras_transformer.data.text_files import (
 from keras_transformer.data.tfds_source import tfds_source
 
 DATASETS = ("builtin", "multi30k", "files", "treebank", "tfds:NAME", "store:DIR")
-LINEARIZATIONS = ("tags", "tags+words")
-"""A treebank's target: part-of-speech tags only (the paper's), or each tag
-followed by its word (`parsing.linearize`)."""
+LINEARIZATIONS = ("tags", "tags+words", "xx")
+"""A treebank's target: part-of-speech tags only (the paper's), each tag
+followed by its word, or every tag written XX (Vinyals et al. 2015: the
+labeled F1 does not score tags) (`parsing.linearize`)."""
+XX_TAG = "XX"
+"""The one tag of `--linearization xx`."""
 TREEBANK_FORMAT = 1
 """Version of the treebank pairs (cleaning and linearization): part of a
 store's identity, so a change of either makes a new store."""
@@ -60,7 +63,7 @@ class DatasetSpec:
     # For name="files": {"train": (src, tgt) or (tsv,), "valid": ..., "test": ...}
     files: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     lenient_utf8: bool = False
-    # treebank: the target's tokens, "tags" (the paper's) or "tags+words".
+    # treebank: the target's tokens, "tags" (the paper's), "tags+words", "xx".
     linearization: str = "tags"
 
     def __post_init__(self) -> None:
@@ -102,6 +105,11 @@ class DatasetSpec:
     def with_words(self) -> bool:
         """A treebank whose targets hold each tag's word (`LINEARIZATIONS`)."""
         return self.linearization == "tags+words"
+
+    @property
+    def tag_token(self) -> str | None:
+        """The token every tag is written as (`--linearization xx`), or None."""
+        return XX_TAG if self.linearization == "xx" else None
 
     def _refuse_unread(self, setting: str, datasets: str) -> None:
         raise DataError(
@@ -250,7 +258,9 @@ def _treebank(spec: DatasetSpec) -> dict[str, SplitSource]:
             )
         path = paths[0]
         files = _treebank_files(Path(path), f"--{name}-trees")
-        blocks = _block_reader(_treebank_blocks, Path(path), spec.with_words)
+        blocks = _block_reader(
+            _treebank_blocks, Path(path), spec.with_words, spec.tag_token
+        )
         identity = {
             "treebank_format": TREEBANK_FORMAT,
             "linearization": spec.linearization,
@@ -272,7 +282,9 @@ def _treebank_files(path: Path, flag: str) -> tuple[Path, ...]:
     return tuple(files)
 
 
-def _treebank_blocks(path: Path, with_words: bool) -> Iterator[PairBlock]:
+def _treebank_blocks(
+    path: Path, with_words: bool, tag_token: str | None
+) -> Iterator[PairBlock]:
     from keras_transformer.data.treebank import read_treebank
     from keras_transformer.parsing.linearize import linearize_text
 
@@ -280,7 +292,9 @@ def _treebank_blocks(path: Path, with_words: bool) -> Iterator[PairBlock]:
     targets = []
     for sentence in sentences:
         try:
-            targets.append(linearize_text(sentence.tree, with_words=with_words))
+            targets.append(
+                linearize_text(sentence.tree, with_words=with_words, tag=tag_token)
+            )
         except ValueError as error:
             raise DataError(
                 f"{sentence.source}:{sentence.line}: this tree cannot be a "

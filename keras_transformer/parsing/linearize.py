@@ -75,6 +75,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from keras_transformer.parsing.evalb import PUNCTUATION_TAGS
 from keras_transformer.parsing.tree import Tree
 
 __all__ = [
@@ -159,9 +160,15 @@ def _check_phrase(phrase: Tree) -> None:
         )
 
 
-def linearize(tree: Tree, *, with_words: bool = False) -> list[str]:
+def linearize(
+    tree: Tree, *, with_words: bool = False, tag: str | None = None
+) -> list[str]:
     """The target tokens of `tree`: ``(X`` / ``)X`` per phrase, a tag per word
-    (followed by the word itself with `with_words`).
+    (followed by the word itself with `with_words`); with `tag`, every
+    part-of-speech tag written as that one (Vinyals et al. 2015's ``XX``)
+    but the punctuation tags, by which the scorer deletes punctuation
+    (`evalb.PUNCTUATION_TAGS`): gold trees read back from such targets
+    score parses as the treebank's own trees do.
 
     Raises:
         ValueError: A label that is not a whitespace-free, bracket-free atom,
@@ -183,7 +190,8 @@ def linearize(tree: Tree, *, with_words: bool = False) -> list[str]:
             continue
         _check_label(item.label)
         if item.is_preterminal:
-            tokens.append(item.label)
+            keep = tag is None or item.label in PUNCTUATION_TAGS
+            tokens.append(item.label if keep else tag)
             if with_words:
                 tokens.append(_word_token(item.children[0]))
         else:
@@ -200,9 +208,11 @@ def _word_token(word: str) -> str:
     return word
 
 
-def linearize_text(tree: Tree, *, with_words: bool = False) -> str:
+def linearize_text(
+    tree: Tree, *, with_words: bool = False, tag: str | None = None
+) -> str:
     """`linearize(tree)` joined with single spaces."""
-    return " ".join(linearize(tree, with_words=with_words))
+    return " ".join(linearize(tree, with_words=with_words, tag=tag))
 
 
 def target_vocabulary(trees: Iterable[Tree], *, with_words: bool = False) -> list[str]:

@@ -201,8 +201,8 @@ class TrainOptions:
         False,
         "--task parsing: add to each decoder position the encoder state of "
         "its current word, the one its next tag is for (Liu, Zhu & Shi "
-        "2018's deterministic attention; docs/parsing.md); needs "
-        "--linearization tags",
+        "2018's deterministic attention; docs/parsing.md); with "
+        "--linearization tags or xx",
     )
     verbose: str = setting(
         "auto",
@@ -376,8 +376,8 @@ def _check_word_pointer(options: TrainOptions) -> None:
     if options.data.with_words:
         raise ValueError(
             "--word-pointer replaces the words in the targets: use it with "
-            "--linearization tags, not tags+words (a copy would move the "
-            "pointer as a tag does)."
+            "--linearization tags or xx, not tags+words (a copy would move "
+            "the pointer as a tag does)."
         )
     if options.init_from is not None:
         raise ValueError(

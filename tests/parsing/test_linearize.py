@@ -9,6 +9,7 @@ import random
 import pytest
 
 from keras_transformer.data.treebank import read_treebank
+from keras_transformer.parsing.evalb import score_corpus
 from keras_transformer.parsing.linearize import (
     Delinearized,
     delinearize,
@@ -381,3 +382,39 @@ def test_treebank_sample_round_trips_with_words():
         assert delinearize(tokens, tree.words(), with_words=True) == Delinearized(
             tree=tree, repairs=()
         )
+
+
+# --------------------------------------------------------------------------
+# tag="XX": every tag written XX (Vinyals et al. 2015), punctuation's kept
+# --------------------------------------------------------------------------
+
+
+def test_xx_writes_every_tag_but_punctuations_as_xx():
+    tree = parse_tree(GOOSE)
+    assert linearize(tree, tag="XX") == [
+        "(S", "(NP", "XX", "XX", ")NP", "(VP", "XX", "(ADVP", "XX", ")ADVP", ")VP",
+        ".", ")S",
+    ]  # fmt: skip
+    back = delinearize(linearize(tree, tag="XX"), tree.words())
+    assert back.repairs == () and back.tree.words() == tree.words()
+
+
+def _right_branching(words: list[str]) -> Tree:
+    """A wrong parse with XX tags: each word opens an S over the rest."""
+    node = Tree("S", (Tree("XX", (words[-1],)),))
+    for word in reversed(words[:-1]):
+        node = Tree("S", (Tree("XX", (word,)), node))
+    return node
+
+
+@pytest.mark.skipif(not PTB_SAMPLE.is_file(), reason=f"{PTB_SAMPLE} is absent")
+def test_xx_gold_trees_score_parses_as_the_treebanks_own_do():
+    """The scorer deletes punctuation by the gold tags: kept in the targets,
+    a gold tree read back from them gives every parse the same labeled
+    F1 as the treebank's tree (tags aside, which XX does not predict)."""
+    gold = [sentence.tree for sentence in read_treebank(PTB_SAMPLE)][:400]
+    read_back = [delinearize(linearize(t, tag="XX"), t.words()).tree for t in gold]
+    for parses in (read_back, [_right_branching(t.words()) for t in gold]):
+        treebank, xx = score_corpus(gold, parses), score_corpus(read_back, parses)
+        assert (treebank.precision, treebank.recall) == (xx.precision, xx.recall)
+    assert score_corpus(gold, read_back).f1 == 100.0

@@ -172,13 +172,15 @@ def test_a_run_with_words_in_its_targets_parses_with_them(tmp_path, capsys):
     assert "repaired" not in captured.err  # Each tag wrote its word's copy.
 
 
-def test_a_word_pointer_run_trains_parses_and_scores(tmp_path, capsys):
+@pytest.mark.parametrize("linearization", ["tags", "xx"])
+def test_a_word_pointer_run_trains_parses_and_scores(tmp_path, capsys, linearization):
     _write_treebank(tmp_path / "train.mrg", 60, seed=4)
     _write_treebank(tmp_path / "dev.mrg", 6, seed=5)
     run = tmp_path / "run"
     overrides = [f"--set={key}={value}" for key, value in TRAINING_MODEL.items()]
     argv = [
         "train", "--task", "parsing", "--run-dir", str(run), "--word-pointer",
+        "--linearization", linearization,
         "--train-trees", str(tmp_path / "train.mrg"),
         "--test-trees", str(tmp_path / "dev.mrg"), *overrides,
         "--vocab-size", "100", "--tokens-per-batch", "1024", "--max-length", "64",
@@ -190,6 +192,7 @@ def test_a_word_pointer_run_trains_parses_and_scores(tmp_path, capsys):
     tokens = load_tokenizer(run / "tokenizer").vocabulary
     skipped = {tokens[i] for i in config["pointer_bracket_ids"]}
     assert "(NP" in skipped and ")S" in skipped and "NN" not in skipped
+    assert ("NN" in tokens) == (linearization == "tags")  # xx: only XX and "."
     scores = json.loads((run / "test_scores.json").read_text(encoding="utf-8"))
     assert scores["parsed"] == 6 and scores["repaired"] == 0
     source = tmp_path / "in.txt"
