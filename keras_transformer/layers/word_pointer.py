@@ -31,9 +31,11 @@ class WordPointer(keras.layers.Layer):
     """The encoder state of the decoder's current word, projected.
 
     Args:
-        bracket_ids: the target ids of the phrase brackets (``(X``, ``)X``).
-            Every other id, the four reserved ones aside, is a tag: writing
-            it moves the pointer to the next word.
+        bracket_ids: the target ids of the phrase brackets (``(X``, ``)X``)
+            and of any other token that is not a tag
+            (`parsing.linearize.bracket_ids`). Every other id, the four
+            reserved ones aside, is a tag: writing it moves the pointer to
+            the next word.
         model_dim: D, the projection's output size.
 
     Call arguments:

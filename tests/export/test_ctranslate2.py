@@ -112,6 +112,12 @@ def test_a_key_dim_apart_from_the_heads_cannot_be_exported(tokenizer):
         build_spec(model, tokenizer)
 
 
+def test_a_word_pointer_cannot_be_exported(tokenizer):
+    config = small_config(vocab_size=tokenizer.vocab_size, pointer_bracket_ids=(4,))
+    with pytest.raises(ValueError, match="word pointer"):
+        build_spec(build_transformer(config), tokenizer)
+
+
 def test_tokenizer_of_another_size_is_refused(tokenizer):
     model = build_transformer(small_config(vocab_size=tokenizer.vocab_size + 5))
     with pytest.raises(ValueError, match="tokenizer has"):

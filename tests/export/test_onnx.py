@@ -423,3 +423,15 @@ def test_missing_packages_are_named_with_their_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(MissingExtraError, match=r"'\.\[onnx\]'"):
         OnnxTranslator(directory)
+
+
+@torch_only
+def test_a_word_pointer_model_is_refused_before_any_graph(tmp_path):
+    from keras_transformer import build_transformer
+    from keras_transformer.export.onnx_graphs import write_graphs
+    from tests.helpers import small_config
+
+    model = build_transformer(small_config(pointer_bracket_ids=(4, 5)))
+    with pytest.raises(ValueError, match="word pointer"):
+        write_graphs(model, tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -154,7 +154,10 @@ def _exact_share(pointer: bool, updates: int = 100) -> float:
     return float(np.mean(exact))
 
 
+# In the torch suite only (the fastest): the backends compute a pointer
+# model's logits alike and train alike (tests/test_backend_parity.py).
 @pytest.mark.slow
+@pytest.mark.backend_neutral
 def test_the_pointer_makes_a_copy_order_toy_exact():
     """The decoder must write the tag of word k at position k + 1: with the
     pointer the word is its input; without it, cross-attention has to learn
