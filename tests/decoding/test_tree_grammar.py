@@ -49,8 +49,8 @@ def sentences(count: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(pool, rng.integers(1, 9))) for _ in range(count)]
 
 
-@pytest.fixture(scope="module")
-def model():
+def untrained_model(**changes):
+    """A one-layer model of the vocabulary, seeded, untrained."""
     config = small_config(
         vocab_size=len(VOCABULARY),
         d_model=16,
@@ -58,10 +58,16 @@ def model():
         num_heads=2,
         num_encoder_layers=1,
         num_decoder_layers=1,
+        **changes,
     )
     model = build_transformer(config)
     set_seeded_weights(model, seed=0, eos_bias=2.0)
     return model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return untrained_model()
 
 
 def allowed_after(grammar, prefix, words, limit=40):
@@ -167,18 +173,7 @@ def test_every_output_of_an_untrained_model_is_a_tree(model, with_words, beam_si
 @pytest.fixture(scope="module")
 def pointer_model():
     """The model with a word pointer (`--word-pointer`), untrained."""
-    config = small_config(
-        vocab_size=len(VOCABULARY),
-        d_model=16,
-        d_ff=32,
-        num_heads=2,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        pointer_bracket_ids=pointer_bracket_ids(VOCABULARY),
-    )
-    model = build_transformer(config)
-    set_seeded_weights(model, seed=0, eos_bias=2.0)
-    return model
+    return untrained_model(pointer_bracket_ids=pointer_bracket_ids(VOCABULARY))
 
 
 def test_the_pointer_skips_the_brackets_only():
