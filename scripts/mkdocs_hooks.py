@@ -37,7 +37,12 @@ def _cli_reference() -> str:
 # The notebooks the site renders (mkdocs-jupyter), from notebooks/, where they
 # are run and committed: added to the site's files rather than copied into
 # docs/, so there is one copy of each.
-NOTEBOOKS = ("transformer_translation", "transformer_translation_jax", "parsing_table4")
+NOTEBOOKS = (
+    "transformer_translation",
+    "transformer_translation_jax",
+    "paper_ablations",
+    "parsing_table4",
+)
 
 
 @event_priority(50)  # Before mkdocs-jupyter's, which renders what it finds.

@@ -28,6 +28,7 @@ from tests.helpers import write_training_corpus
 pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).with_name("distributed_checks.py")
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 BACKEND = keras.backend.backend()
 data_parallel = pytest.mark.skipif(
     BACKEND == "torch",
@@ -38,7 +39,12 @@ data_parallel = pytest.mark.skipif(
 
 def run_check(*arguments, env=None):
     environment = {**os.environ, "KERAS_BACKEND": BACKEND, **(env or {})}
-    environment.pop("XLA_FLAGS", None)
+    # The checks set their own device count; other XLA flags (the suites'
+    # optimization level, scripts/test.sh) pass through.
+    flags = environment.pop("XLA_FLAGS", "").split()
+    kept = [f for f in flags if not f.startswith(DEVICE_COUNT_FLAG)]
+    if kept:
+        environment["XLA_FLAGS"] = " ".join(kept)
     environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return subprocess.Popen(
         [sys.executable, str(SCRIPT), *map(str, arguments)],
