@@ -196,6 +196,8 @@ def _translator(
 
     settings = _search_settings(args, task)  # Refused before the model loads.
     _check_model_source(args)
+    if ensemble and args.preset:
+        raise ValueError("--ensemble needs --run-dir (not --preset) for the run.")
     opened = open_model(
         args.preset or args.run_dir,
         model=args.model,
@@ -371,8 +373,6 @@ def _decoder_features(args: argparse.Namespace):
             "--constraints and --target-prefix work with the search, not "
             "--sampling: drop one of them."
         )
-    if args.ensemble and args.preset:
-        raise ValueError("--ensemble needs --run-dir (not --preset) for the run.")
     return sampling
 
 
@@ -403,7 +403,9 @@ def _refuse_with_hyp(args: argparse.Namespace) -> None:
     from keras_transformer.decoding.settings import SearchSettings
 
     given = [
-        flag for flag in ("src", "model", "preset", "quantize") if getattr(args, flag)
+        flag
+        for flag in ("src", "model", "preset", "quantize", "ensemble")
+        if getattr(args, flag)
     ]
     given += [] if args.tree_constraints else ["no_tree_constraints"]
     given += [  # The search flags default to None (the task's) or False.
@@ -446,7 +448,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                 f"{args.src} has {len(sources)} lines but {args.ref} has "
                 f"{len(references)}: they must match line for line."
             )
-        hypotheses = _translator(args)(sources)
+        hypotheses = _translator(args, ensemble=args.ensemble)(sources)
     if args.output:
         from keras_transformer.data.text_files import lines_text
 
@@ -473,7 +475,8 @@ def _evaluate_split(args: argparse.Namespace) -> int:
                 f"data: leave out {flag_name(flag)}."
             )
     corpus = _run(args).evaluation_split(args.split)
-    print(evaluate_split(_translator(args), corpus, args.output))
+    translator = _translator(args, ensemble=args.ensemble)
+    print(evaluate_split(translator, corpus, args.output))
     return 0
 
 
@@ -501,7 +504,7 @@ def _evaluate_parsing(args: argparse.Namespace) -> int:
         _refuse_with_hyp(args)
         parses = evaluation.read_parses(args.hyp, gold, lenient_utf8=args.lenient_utf8)
     else:
-        translator = _translator(args, "parsing")
+        translator = _translator(args, "parsing", ensemble=args.ensemble)
         parses = evaluation.parse_sentences(
             translator, [t.words() for t in gold], with_words=_run(args).tree_words
         )
@@ -518,7 +521,7 @@ def _parse(args: argparse.Namespace) -> int:
 
     lines = _read_lines(args.input, args) if args.input else _read_stdin(args)
     parses = evaluation.parse_sentences(
-        _translator(args, "parsing"),
+        _translator(args, "parsing", ensemble=args.ensemble),
         [line.split() for line in lines],
         with_words=_run(args).tree_words,
     )

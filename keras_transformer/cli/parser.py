@@ -320,6 +320,18 @@ def _add_tree_constraints_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_ensemble_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ensemble",
+        nargs="+",
+        metavar="MODEL_OR_RUN",
+        default=[],
+        help="decode with these models too (run directories or .keras files "
+        "sharing the run's tokenizer), averaging their log-probabilities at "
+        "every step",
+    )
+
+
 def _add_quantize_argument(parser: argparse.ArgumentParser) -> None:
     from keras_transformer.decoding.settings import WeightOptions
 
@@ -378,15 +390,7 @@ def _add_decoder_feature_arguments(parser: argparse.ArgumentParser) -> None:
             _add_option(parser, field, None, UNSET_MEANS[field.name])
         else:
             _add_option(parser, field)
-    parser.add_argument(
-        "--ensemble",
-        nargs="+",
-        metavar="MODEL_OR_RUN",
-        default=[],
-        help="decode with these models too (run directories or .keras files "
-        "sharing the run's tokenizer), averaging their log-probabilities at "
-        "every step",
-    )
+    _add_ensemble_argument(parser)
     parser.add_argument(
         "--constraints",
         metavar="FILE",
@@ -412,6 +416,7 @@ def _add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     )
     _add_decoding_arguments(parser, preset=True, task=None)
     _add_quantize_argument(parser)
+    _add_ensemble_argument(parser)
     _add_lenient_argument(parser)
     _add_tree_constraints_argument(parser)
     parser.add_argument(
@@ -448,6 +453,7 @@ def _add_parse_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: stdin)",
     )
     _add_quantize_argument(parser)
+    _add_ensemble_argument(parser)
     _add_lenient_argument(parser)
     _add_tree_constraints_argument(parser)
 

@@ -275,6 +275,34 @@ def check_same_tokenizer(
         )
 
 
+def _targets(run: RunDirectory) -> tuple[str, str | None]:
+    """What a run's model writes: its task and, parsing, its linearization."""
+    task = run.task or "translation"
+    if task != "parsing":
+        return task, None
+    data = (run.manifest() or {}).get("identity", {}).get("data", {})
+    return task, data.get("linearization", "tags")  # Left out when "tags".
+
+
+def check_same_targets(first: RunDirectory, second: RunDirectory) -> None:
+    """Raise ValueError, naming both runs, unless they were trained to write
+    the same kind of target: the same task and, for parsing, the same
+    `--linearization` (one tokenizer can serve several, whose sequences
+    follow different grammars: averaging them mixes two languages)."""
+    mine, theirs = _targets(first), _targets(second)
+    if mine != theirs:
+
+        def described(targets):
+            task, linearization = targets
+            return task if linearization is None else f"{task} ({linearization})"
+
+        raise ValueError(
+            "The models of an ensemble must write the same targets, but "
+            f"{first.path} was trained for {described(mine)} and {second.path} "
+            f"for {described(theirs)}."
+        )
+
+
 # How far above a `.keras` file its run directory may be: RUN/model.keras,
 # RUN/checkpoints/ckpt-N.keras.
 _RUN_LEVELS = 2
@@ -361,6 +389,7 @@ def _open_member(run: InferenceRun, main: Transformer, path: Path) -> Transforme
         what = "does not exist" if not path.exists() else "is not a .keras file"
         raise ValueError(f"--ensemble {path} {what}: {expected}.")
     check_same_tokenizer(run.run, member_run)
+    check_same_targets(run.run, member_run)
     return _transformer(opened.model, opened.model_path)
 
 

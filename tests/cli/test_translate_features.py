@@ -81,6 +81,16 @@ def test_an_ensemble_of_the_run_with_itself_translates_as_the_run(
     alone = capsys.readouterr().out
     assert _translate(run_dir, source, "--ensemble", str(run_dir)) == 0
     assert capsys.readouterr().out == alone
+    # evaluate decodes with the ensemble too (the input as its own reference).
+    evaluate = ["evaluate", "--run-dir", str(run_dir), "--src", str(source),
+                "--ref", str(source), "--max-extra-length", "4"]  # fmt: skip
+    scores = []
+    for members in ([], ["--ensemble", str(run_dir)]):
+        assert main([*evaluate, *members]) == 0
+        scores.append(capsys.readouterr().out)
+    assert scores[0].startswith("sacreBLEU") and scores[1] == scores[0]
+    assert main([*evaluate, "--ensemble", "/nonexistent/run"]) == 2  # Opened.
+    assert "/nonexistent/run" in capsys.readouterr().err
 
 
 def test_quantize_applies_to_every_member_of_an_ensemble(run_dir, source, capsys):

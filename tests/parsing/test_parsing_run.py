@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 
 import pytest
 
@@ -132,6 +133,43 @@ def test_evaluate_parsing_parses_the_gold_words_and_prints_f1(parsing_run, capsy
     assert "repaired parses: 0 of 8" in out
     assert main([*argv, "--task", "translation", "--no-tree-constraints"]) == 2
     assert "applies to --task parsing only" in capsys.readouterr().err
+
+
+def test_an_ensemble_parses_and_scores_and_its_members_share_targets(
+    parsing_run, tmp_path, capsys
+):
+    """`parse` and `evaluate --task parsing` take `--ensemble`: the run with
+    a copy of itself decodes as the run alone (the mean of equal
+    log-probabilities; tests/decoding/test_ensemble.py checks the mean of
+    different models). A member trained on other targets is refused."""
+    run, gold = parsing_run / "run", parsing_run / "dev.mrg"
+    twin = tmp_path / "twin"
+    shutil.copytree(run, twin)
+    search = ["--beam-size", "2", "--max-extra-length", "20"]
+    evaluate = ["evaluate", "--task", "parsing", "--run-dir", str(run), "--ref",
+                str(gold), *search]  # fmt: skip
+    source = tmp_path / "in.txt"
+    source.write_text("Anna saw the dog .\na cat left .\n", encoding="utf-8")
+    parse = ["parse", "--run-dir", str(run), "--input", str(source), *search]
+    outputs = []
+    for members in ([], ["--ensemble", str(twin)]):
+        capsys.readouterr()
+        assert main([*evaluate, *members]) == 0
+        assert main([*parse, *members]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert "Labeled bracketing" in outputs[0] and outputs[1] == outputs[0]
+    hyp = tmp_path / "dev.hyp"
+    hyp.write_text("\n".join(["(S (NN x))"] * 8) + "\n", encoding="utf-8")
+    hyp_argv = ["evaluate", "--task", "parsing", "--ref", str(gold), "--hyp", str(hyp)]
+    assert main([*hyp_argv, "--ensemble", str(twin)]) == 2
+    assert "--ensemble cannot be used with --hyp" in capsys.readouterr().err
+    manifest = json.loads((twin / "manifest.json").read_text(encoding="utf-8"))
+    manifest["identity"]["data"]["linearization"] = "xx"
+    (twin / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    for argv in (evaluate, parse):  # The members are opened, and checked.
+        assert main([*argv, "--ensemble", str(twin)]) == 2
+        error = capsys.readouterr().err
+        assert "must write the same targets" in error and "parsing (xx)" in error
 
 
 def test_a_parsing_run_refuses_to_translate(parsing_run, tmp_path, capsys):
