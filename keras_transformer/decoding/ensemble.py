@@ -275,13 +275,14 @@ def check_same_tokenizer(
         )
 
 
-def _targets(run: RunDirectory) -> tuple[str, str | None]:
-    """What a run's model writes: its task and, parsing, its linearization."""
+def _targets(run: RunDirectory) -> str:
+    """What a run's model writes: its task and, parsing, its linearization
+    ("translation", "parsing (tags)")."""
     task = run.task or "translation"
     if task != "parsing":
-        return task, None
+        return task
     data = (run.manifest() or {}).get("identity", {}).get("data", {})
-    return task, data.get("linearization", "tags")  # Left out when "tags".
+    return f"{task} ({data.get('linearization', 'tags')})"  # Left out when tags.
 
 
 def check_same_targets(first: RunDirectory, second: RunDirectory) -> None:
@@ -291,15 +292,9 @@ def check_same_targets(first: RunDirectory, second: RunDirectory) -> None:
     follow different grammars: averaging them mixes two languages)."""
     mine, theirs = _targets(first), _targets(second)
     if mine != theirs:
-
-        def described(targets):
-            task, linearization = targets
-            return task if linearization is None else f"{task} ({linearization})"
-
         raise ValueError(
             "The models of an ensemble must write the same targets, but "
-            f"{first.path} was trained for {described(mine)} and {second.path} "
-            f"for {described(theirs)}."
+            f"{first.path} was trained for {mine} and {second.path} for {theirs}."
         )
 
 
