@@ -69,10 +69,17 @@ def _dataset_spec(args: argparse.Namespace):
     trees = _trees_spec(args)
     if trees:
         return DatasetSpec(
-            name="treebank", files=trees, linearization=args.linearization
+            name="treebank",
+            files=trees,
+            linearization=args.linearization,
+            subtree_substitution=args.subtree_substitution,
         )
     if getattr(args, "linearization", "tags") != "tags":
         raise ValueError("--linearization applies to --train-trees (--task parsing).")
+    if getattr(args, "subtree_substitution", 0):
+        raise ValueError(
+            "--subtree-substitution applies to --train-trees (--task parsing)."
+        )
     return DatasetSpec(
         name=args.dataset,
         builtin_size=args.builtin_size,

@@ -253,6 +253,16 @@ def _add_data_arguments(parser: argparse.ArgumentParser, *, store: bool) -> None
             "score tags; the parses then carry XX; docs/parsing.md) "
             f"(default: {spec.linearization})",
         )
+        data.add_argument(
+            "--subtree-substitution",
+            type=_at_least(0),
+            default=spec.subtree_substitution,
+            metavar="N",
+            help="--task parsing: also train on N new trees per training "
+            "tree, each with one phrase replaced by a phrase of the same "
+            "label from another training tree (Shi et al. 2020; "
+            "docs/parsing.md) (default: 0)",
+        )
     data.add_argument("--source-lang", help="multi30k / tfds source language")
     data.add_argument("--target-lang", help="multi30k / tfds target language")
     data.add_argument(

@@ -65,6 +65,9 @@ class DatasetSpec:
     lenient_utf8: bool = False
     # treebank: the target's tokens, "tags" (the paper's), "tags+words", "xx".
     linearization: str = "tags"
+    # treebank: new training trees per tree by subtree substitution
+    # (`parsing.augment`); 0: the treebank's trees only.
+    subtree_substitution: int = 0
 
     def __post_init__(self) -> None:
         # A setting that the chosen dataset does not read would be ignored
@@ -79,6 +82,19 @@ class DatasetSpec:
             )
         if self.linearization != "tags" and self.name != "treebank":
             self._refuse_unread("--linearization (linearization=)", "treebank")
+        if (
+            isinstance(self.subtree_substitution, bool)
+            or not isinstance(self.subtree_substitution, int)
+            or self.subtree_substitution < 0
+        ):
+            raise DataError(
+                "--subtree-substitution must be a whole number of new trees "
+                f"per training tree, 0 or more. Received: {self.subtree_substitution!r}"
+            )
+        if self.subtree_substitution and self.name != "treebank":
+            self._refuse_unread(
+                "--subtree-substitution (subtree_substitution=)", "treebank"
+            )
         local = ("builtin", "files", "treebank")
         if not downloaded and not store and self.name not in local:
             return
@@ -258,13 +274,16 @@ def _treebank(spec: DatasetSpec) -> dict[str, SplitSource]:
             )
         path = paths[0]
         files = _treebank_files(Path(path), f"--{name}-trees")
+        copies = spec.subtree_substitution if name == "train" else 0
         blocks = _block_reader(
-            _treebank_blocks, Path(path), spec.with_words, spec.tag_token
+            _treebank_blocks, Path(path), spec.with_words, spec.tag_token, copies
         )
         identity = {
             "treebank_format": TREEBANK_FORMAT,
             "linearization": spec.linearization,
         }
+        if copies:  # Stores from before it keep their identity.
+            identity["subtree_substitution"] = copies
         splits[name] = SplitSource(f"{path} (trees)", blocks, files, identity)
     return splits
 
@@ -283,9 +302,12 @@ def _treebank_files(path: Path, flag: str) -> tuple[Path, ...]:
 
 
 def _treebank_blocks(
-    path: Path, with_words: bool, tag_token: str | None
+    path: Path, with_words: bool, tag_token: str | None, copies: int = 0
 ) -> Iterator[PairBlock]:
+    """The treebank's pairs, then (`copies` > 0) the pairs of the trees
+    subtree substitution makes from them, numbered after the treebank's."""
     from keras_transformer.data.treebank import read_treebank
+    from keras_transformer.parsing.augment import substitute_subtrees
     from keras_transformer.parsing.linearize import linearize_text
 
     sentences = read_treebank(path)
@@ -301,6 +323,17 @@ def _treebank_blocks(
                 f"parser's target: {error}"
             ) from None
     yield PairBlock(1, [" ".join(s.tree.words()) for s in sentences], targets)
+    if copies:
+        # Built from trees that linearized above, so they linearize too.
+        new_trees = substitute_subtrees([s.tree for s in sentences], copies)
+        yield PairBlock(
+            len(sentences) + 1,
+            [" ".join(tree.words()) for tree in new_trees],
+            [
+                linearize_text(t, with_words=with_words, tag=tag_token)
+                for t in new_trees
+            ],
+        )
 
 
 def _multi30k(spec: DatasetSpec) -> dict[str, SplitSource]:

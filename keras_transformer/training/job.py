@@ -94,8 +94,11 @@ def run_identity(
     as the JSON values the manifest stores. `init`: a fine-tune's trained
     model (`InitModel.identity`)."""
     data = dataclasses.asdict(options.data)
-    if data["linearization"] == "tags":  # Runs from before it keep their identity.
+    # Runs from before these settings keep their identity.
+    if data["linearization"] == "tags":
         del data["linearization"]
+    if not data["subtree_substitution"]:
+        del data["subtree_substitution"]
     identity = {
         "preset": options.preset,
         "overrides": dict(sorted(options.overrides.items())),
