@@ -288,6 +288,18 @@ def test_linearization_without_trees_exits_2(train_exit, capsys):
     assert "--linearization applies to --train-trees" in capsys.readouterr().err
 
 
+def test_subtree_substitution_without_trees_exits_2(train_exit, capsys):
+    assert train_exit("--subtree-substitution", "2") == 2
+    assert "--subtree-substitution applies to --train-trees" in capsys.readouterr().err
+    assert (
+        train_exit(
+            "--task", "parsing", "--train-trees", TREES, "--subtree-substitution", "-1"
+        )
+        == 2
+    )
+    assert "--subtree-substitution: must be >= 0" in capsys.readouterr().err
+
+
 def test_word_pointer_outside_parsing_exits_2(train_exit, capsys):
     assert train_exit("--word-pointer") == 2
     assert "--word-pointer follows the words of a parse" in capsys.readouterr().err

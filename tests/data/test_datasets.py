@@ -78,3 +78,40 @@ def test_treebank_pairs_are_words_and_linearized_trees(tmp_path):
         )
         (block,) = dataset_sources(spec)["train"].blocks()
         assert (block.source, block.target) == (["a b"], [target])
+
+
+def test_subtree_substitution_adds_training_pairs_after_the_treebanks(tmp_path):
+    from keras_transformer.data.datasets import dataset_sources
+
+    trees = tmp_path / "trees.mrg"
+    trees.write_text(
+        "( (S (NP (NN a)) (VP (VBD b))) )\n( (S (NP (NN c)) (VP (VBD d))) )\n",
+        encoding="utf-8",
+    )
+    files = {"train": (str(trees),), "valid": (str(trees),)}
+    spec = DatasetSpec(name="treebank", files=files, subtree_substitution=1)
+    sources = dataset_sources(spec)
+    own, new = sources["train"].blocks()
+    assert (own.first_line, own.source) == (1, ["a b", "c d"])
+    # Each tree's one copy swaps its NP or its VP for the other tree's.
+    assert new.first_line == 3 and len(new.source) == 2
+    assert set(new.source) <= {"c b", "a d"}
+    assert new.target == ["(S (NP NN )NP (VP VBD )VP )S"] * 2
+    assert sources["train"].identity["subtree_substitution"] == 1
+    (valid,) = sources["valid"].blocks()  # Only the training trees grow.
+    assert "subtree_substitution" not in sources["valid"].identity
+    plain = dataset_sources(DatasetSpec(name="treebank", files=files))["train"]
+    assert "subtree_substitution" not in plain.identity  # Old stores keep theirs.
+
+
+@pytest.mark.parametrize("copies", [-1, 1.5, True])
+def test_subtree_substitution_must_be_a_count(copies):
+    with pytest.raises(DataError, match="--subtree-substitution must be a whole"):
+        DatasetSpec(name="treebank", subtree_substitution=copies)
+
+
+def test_subtree_substitution_is_refused_for_text_data():
+    with pytest.raises(
+        DataError, match="--subtree-substitution .* only with --dataset treebank"
+    ):
+        DatasetSpec(name="builtin", subtree_substitution=2)

@@ -192,13 +192,15 @@ def test_a_run_with_words_in_its_targets_parses_with_them(tmp_path, capsys):
     argv = [
         "train", "--task", "parsing", "--run-dir", str(run),
         "--train-trees", str(tmp_path / "train.mrg"),
-        "--linearization", "tags+words", *overrides, "--vocab-size", "100",
+        "--linearization", "tags+words", "--subtree-substitution", "2",
+        *overrides, "--vocab-size", "100",
         "--tokens-per-batch", "1024", "--max-length", "64", "--max-steps", "2",
         "--checkpoint-every", "0", "--eval-every", "0", "--verbose", "0",
     ]  # fmt: skip
     assert main(argv) == 0
     manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["identity"]["data"]["linearization"] == "tags+words"
+    assert manifest["identity"]["data"]["subtree_substitution"] == 2
     source = tmp_path / "in.txt"
     source.write_text("Anna saw the dog .\n", encoding="utf-8")
     capsys.readouterr()
@@ -226,6 +228,8 @@ def test_a_word_pointer_run_trains_parses_and_scores(tmp_path, capsys, lineariza
         "--beam-size", "2", "--verbose", "0",
     ]  # fmt: skip
     assert main(argv) == 0
+    manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    assert "subtree_substitution" not in manifest["identity"]["data"]  # As before.
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
     tokens = load_tokenizer(run / "tokenizer").vocabulary
     skipped = {tokens[i] for i in config["pointer_bracket_ids"]}
