@@ -25,7 +25,8 @@ done sentence never changes again.
 The step function: ``step_fn(tokens (N, 1) int32, step, state, context) ->
 (logits (N, V), state)``. `state` is a list of arrays whose leading axis is
 the N rows (B sentences times k beams: the key/value caches), reordered as
-hypotheses move between beams; `context` is a list of arrays whose leading
+hypotheses move between beams, in place (the step function returns arrays
+the search may write to); `context` is a list of arrays whose leading
 axis is the B sentences (the source and its cross-attention keys/values).
 Both lose the rows of a sentence that is done.
 
@@ -99,6 +100,20 @@ def _probabilities(logits, suppressed_ids: Sequence[int]) -> np.ndarray:
 
 def _rows(arrays: list[np.ndarray], index: np.ndarray) -> list[np.ndarray]:
     return [array[index] for array in arrays]
+
+
+def _move_rows(arrays: list[np.ndarray], rows: np.ndarray) -> list[np.ndarray]:
+    """`_rows(arrays, rows)` for N indices into N rows, in place: only the
+    rows whose hypothesis came from another beam are copied. The caches are
+    the search's largest arrays (tens of MB a layer at `base`), and a beam
+    that grew from itself keeps its row (at `base`, beam 4: 6 rows in 10)."""
+    moved = np.flatnonzero(rows != np.arange(len(rows)))
+    if not len(moved):
+        return arrays
+    sources = rows[moved]
+    for array in arrays:
+        array[moved] = array[sources]  # The right side is gathered first.
+    return arrays
 
 
 def greedy_search(
@@ -249,7 +264,7 @@ def beam_search(
         log_probs = _probabilities(logits, suppressed_ids)
         beam, token = _beam_step(beams, log_probs, step, limits[live], k, alpha, eos_id)
         rows = (beam + np.arange(len(live))[:, None] * k).reshape(-1)
-        state, tokens = _rows(state, rows), token.reshape(-1, 1)
+        state, tokens = _move_rows(state, rows), token.reshape(-1, 1)
         step += 1
         going = beams.active(limits[live], alpha, early_stopping)
         if step >= max_length:

@@ -110,3 +110,14 @@ def test_top_k_ranks_equal_values_by_lower_index():
 def test_output_limits_give_an_empty_source_one_step():
     source = np.array([[5, 6, 0], [0, 0, 0]], np.int32)
     np.testing.assert_array_equal(numpy_search.output_limits(source, 4), [6, 1])
+
+
+def test_beams_move_in_place_as_a_gather_would():
+    rng = np.random.default_rng(0)
+    for rows in ([0, 0, 0, 3], [1, 0, 2, 2], [0, 1, 2, 3], [3, 3, 1, 1]):
+        rows = np.array(rows)
+        arrays = [rng.normal(size=(4, 2, 3)).astype(np.float32) for _ in range(2)]
+        expected = [array[rows] for array in arrays]
+        moved = numpy_search._move_rows([array.copy() for array in arrays], rows)
+        for found, want in zip(moved, expected):
+            np.testing.assert_array_equal(found, want)
