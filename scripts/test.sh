@@ -59,8 +59,8 @@ print_stages() {
   printf '%-38s %5d s\n' "total" $((SECONDS - begin))
 }
 lint() {
-  .venv/bin/ruff check keras_transformer tests scripts benchmarks
-  .venv/bin/ruff format --check keras_transformer tests scripts benchmarks
+  .venv/bin/ruff check keras_transformer tests scripts benchmarks notebooks
+  .venv/bin/ruff format --check keras_transformer tests scripts benchmarks notebooks
 }
 
 if [ $quick = 1 ]; then
