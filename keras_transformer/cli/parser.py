@@ -261,7 +261,8 @@ def _add_data_arguments(parser: argparse.ArgumentParser, *, store: bool) -> None
             help="--task parsing: also train on N new trees per training "
             "tree, each with one phrase replaced by a phrase of the same "
             "label from another training tree (Shi et al. 2020; "
-            "docs/parsing.md) (default: 0)",
+            "docs/parsing.md); the data report numbers them after the "
+            "treebank's trees (default: 0)",
         )
     data.add_argument("--source-lang", help="multi30k / tfds source language")
     data.add_argument("--target-lang", help="multi30k / tfds target language")
