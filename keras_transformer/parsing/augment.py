@@ -26,29 +26,30 @@ _TRIES = 10
 """Draws per new tree before giving up on it (a tree whose every draw
 would outgrow the longest training tree)."""
 
-Path = tuple[int, ...]
+Route = tuple[int, ...]
+"""The child indices that lead from a tree's root to one of its nodes."""
 
 
-def _phrases(tree: Tree) -> list[tuple[Path, Tree]]:
+def _phrases(tree: Tree) -> list[tuple[Route, Tree]]:
     """Every phrase below the root (not the root, not a part-of-speech
     node), with the child indices that lead to it."""
-    found: list[tuple[Path, Tree]] = []
-    stack: list[tuple[Path, Tree]] = [((), tree)]
+    found: list[tuple[Route, Tree]] = []
+    stack: list[tuple[Route, Tree]] = [((), tree)]
     while stack:
-        path, node = stack.pop()
+        route, node = stack.pop()
         for index, child in enumerate(node.children):
             if isinstance(child, Tree) and not child.is_preterminal:
-                found.append(((*path, index), child))
-                stack.append(((*path, index), child))
+                found.append(((*route, index), child))
+                stack.append(((*route, index), child))
     return found
 
 
-def _replace(tree: Tree, path: Path, subtree: Tree) -> Tree:
-    if not path:
+def _replace(tree: Tree, route: Route, subtree: Tree) -> Tree:
+    if not route:
         return subtree
-    index = path[0]
+    index = route[0]
     children = list(tree.children)
-    children[index] = _replace(children[index], path[1:], subtree)
+    children[index] = _replace(children[index], route[1:], subtree)
     return Tree(tree.label, tuple(children))
 
 
@@ -103,7 +104,7 @@ def substitute_subtrees(
             continue
         for _ in range(copies):
             for _ in range(_TRIES):
-                path, old = draw.choice(found)
+                route, old = draw.choice(found)
                 new = draw.choice(donors[old.label])
                 if new == old:
                     continue
@@ -113,6 +114,6 @@ def substitute_subtrees(
                     words - old_words + new_words <= max_words
                     and phrases - old_phrases + new_phrases <= max_phrases
                 ):
-                    new_trees.append(_replace(tree, path, new))
+                    new_trees.append(_replace(tree, route, new))
                     break
     return new_trees
