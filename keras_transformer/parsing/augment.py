@@ -89,11 +89,12 @@ def substitute_subtrees(
         raise ValueError(f"copies must be 0 or more. Received: {copies}")
     if copies == 0 or not trees:
         return []
-    donors: dict[str, list[Tree]] = {}
+    # Each phrase with its size, measured once: a phrase is drawn many times.
+    donors: dict[str, list[tuple[Tree, tuple[int, int]]]] = {}
     places = [_phrases(tree) for tree in trees]
     for found in places:
         for _, phrase in found:
-            donors.setdefault(phrase.label, []).append(phrase)
+            donors.setdefault(phrase.label, []).append((phrase, _size(phrase)))
     sizes = [_size(tree) for tree in trees]
     max_words = max(words for words, _ in sizes)
     max_phrases = max(phrases for _, phrases in sizes)
@@ -105,10 +106,9 @@ def substitute_subtrees(
         for _ in range(copies):
             for _ in range(_TRIES):
                 route, old = draw.choice(found)
-                new = draw.choice(donors[old.label])
+                new, (new_words, new_phrases) = draw.choice(donors[old.label])
                 if new == old:
                     continue
-                new_words, new_phrases = _size(new)
                 old_words, old_phrases = _size(old)
                 if (
                     words - old_words + new_words <= max_words
