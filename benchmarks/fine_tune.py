@@ -3,8 +3,9 @@
 Starts from a trained run (`--init-from`, e.g. a `small` Multi30k model) and
 fine-tunes it on a new corpus (`--dataset`, default the built-in one) with
 `--lora-rank R` (and `--embedding-rank E`: `--lora-embedding-rank`, the
-table's) at each of `--lora-rates` and fully at each of
-`--full-rates` (peaks of the fine-tuning schedule), `--steps` updates each,
+table's; `--token-rows K`: `--lora-token-rows`) at each of `--lora-rates`
+and fully at each of `--full-rates` (peaks of the fine-tuning schedule),
+`--steps` updates each,
 one after the other (`keras-transformer train` in a child process under
 `/usr/bin/time`, for its peak memory); `--paper` adds one run of each under
 the paper's schedule restarted at step 0 (what a fine-tune used before).
@@ -112,6 +113,9 @@ def contenders(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     if args.embedding_rank is not None:
         lora += ["--lora-embedding-rank", str(args.embedding_rank)]
         label += f", table rank {args.embedding_rank}"
+    if args.token_rows is not None:
+        lora += ["--lora-token-rows", str(args.token_rows)]
+        label += f", {args.token_rows} rows in full"
     runs = [
         (f"{label}, peak {rate:g}", f"lora-{rate:g}",
          [*lora, "--learning-rate", f"{rate:g}"])
@@ -191,6 +195,8 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--embedding-rank", type=int,
                         help="the table's rank (--lora-embedding-rank)")  # fmt: skip
+    parser.add_argument("--token-rows", type=int,
+                        help="rows trained in full (--lora-token-rows)")  # fmt: skip
     parser.add_argument("--lora-rates", type=_rates, default="3e-4,1e-3,3e-3")
     parser.add_argument("--full-rates", type=_rates, default="3e-5,1e-4,3e-4")
     parser.add_argument("--paper", action="store_true",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import keras
 from keras import ops
@@ -35,7 +36,11 @@ class ScaledEmbedding(keras.layers.Layer):
     Keras's `Embedding.enable_lora` does. Tied, the table is also the
     output layer: a fine-tune to a new domain that leaves it frozen cannot
     move the logits of the new domain's words (docs/fine-tuning.md).
-    Saving writes the merged table only, as Keras's LoRA layers do.
+    `enable_lora(rank, rows=ids)` also trains those K rows in full: a (K, D)
+    update added to them (Hugging Face PEFT's "trainable tokens"), for the
+    pieces a new domain uses most, which a low-rank update of all V rows
+    serves poorly. Saving writes the merged table only, as Keras's LoRA
+    layers do.
 
     Args:
         vocab_size: int. V.
@@ -82,11 +87,21 @@ class ScaledEmbedding(keras.layers.Layer):
             return self._embeddings
         update = ops.matmul(self.lora_embeddings_a, self.lora_embeddings_b)
         merged = ops.add(self._embeddings, self.lora_scale * update)
+        if self.lora_rows is not None:
+            ids = ops.expand_dims(self.lora_row_ids, -1)
+            shape = (self.vocab_size, self.model_dim)
+            merged = ops.add(merged, ops.scatter(ids, self.lora_rows, shape))
         return ops.cast(merged, self._embeddings.dtype)
 
-    def enable_lora(self, rank: int, lora_alpha: float | None = None) -> None:
-        """Train rank-`rank` factors instead of the table (see the class
-        docstring); `lora_alpha` defaults to the rank (a scale of 1)."""
+    def enable_lora(
+        self,
+        rank: int,
+        lora_alpha: float | None = None,
+        rows: Sequence[int] | None = None,
+    ) -> None:
+        """Train rank-`rank` factors instead of the table, and the `rows`
+        (distinct token ids) in full (see the class docstring);
+        `lora_alpha` defaults to the rank (a scale of 1)."""
         if not self.built or self.int8 or self.lora_enabled:
             state = "int8" if self.int8 else "LoRA" if self.lora_enabled else "unbuilt"
             raise ValueError(f"{self.name}: cannot enable LoRA on a {state} table.")
@@ -95,6 +110,7 @@ class ScaledEmbedding(keras.layers.Layer):
                 f"{self.name}: the LoRA rank must be in [1, "
                 f"{min(self.vocab_size, self.model_dim)}]. Received: rank={rank}"
             )
+        row_ids = None if rows is None else self._check_rows(rows)
         self._tracker.unlock()
         # float32 factors, as Keras's: updates this small underflow in float16.
         # Keras's `Embedding` initialisation (B = 0). Hugging Face PEFT's
@@ -112,12 +128,44 @@ class ScaledEmbedding(keras.layers.Layer):
             initializer="zeros",
             dtype="float32",
         )
+        self.lora_row_ids = self.lora_rows = None
+        if row_ids is not None:
+            # The ids are a variable so that a checkpoint's LoRA state holds them.
+            self.lora_row_ids = self.add_weight(
+                name="lora_row_ids",
+                shape=(len(row_ids),),
+                initializer="zeros",
+                dtype="int32",
+                trainable=False,
+            )
+            self.lora_row_ids.assign(ops.convert_to_tensor(row_ids, "int32"))
+            self.lora_rows = self.add_weight(
+                name="lora_rows",
+                shape=(len(row_ids), self.model_dim),
+                initializer="zeros",
+                dtype="float32",
+            )
         self._tracker.lock()
         self._embeddings.trainable = False
         self.lora_rank = rank
         self.lora_alpha = rank if lora_alpha is None else lora_alpha
         self.lora_scale = self.lora_alpha / rank
         self.lora_enabled = True
+
+    def _check_rows(self, rows: Sequence[int]) -> list[int]:
+        ids = [int(row) for row in rows]
+        if not ids or len(set(ids)) != len(ids):
+            raise ValueError(
+                f"{self.name}: the LoRA rows must be distinct token ids, at "
+                f"least one. Received: {len(ids)} ids, {len(set(ids))} distinct"
+            )
+        outside = [row for row in ids if not 0 <= row < self.vocab_size]
+        if outside:
+            raise ValueError(
+                f"{self.name}: the LoRA rows must be token ids in [0, "
+                f"{self.vocab_size}). Received: {outside[:5]}"
+            )
+        return ids
 
     def save_own_variables(self, store):
         if not self.lora_enabled:
@@ -128,8 +176,10 @@ class ScaledEmbedding(keras.layers.Layer):
         if not self.lora_enabled:
             return super().load_own_variables(store)
         self._embeddings.assign(store["0"])
-        for factor in (self.lora_embeddings_a, self.lora_embeddings_b):
-            factor.assign(ops.zeros(factor.shape))
+        factors = [self.lora_embeddings_a, self.lora_embeddings_b, self.lora_rows]
+        for factor in factors:
+            if factor is not None:
+                factor.assign(ops.zeros(factor.shape))
 
     def quantize(self, mode=None, type_check=True, config=None):
         if mode != "int8":

@@ -95,9 +95,13 @@ def lora_layers(model: keras.Model) -> list:
 
 
 def lora_variables(layer) -> tuple:
-    """A LoRA layer's (frozen base, factor A, factor B) variables."""
+    """A LoRA layer's (frozen base, factor A, factor B) variables, then a
+    table's trained rows' (ids, update) when it has them."""
     if hasattr(layer, "lora_embeddings_a"):  # ScaledEmbedding, as Embedding.
-        return layer._embeddings, layer.lora_embeddings_a, layer.lora_embeddings_b
+        table = (layer._embeddings, layer.lora_embeddings_a, layer.lora_embeddings_b)
+        if layer.lora_rows is None:
+            return table
+        return (*table, layer.lora_row_ids, layer.lora_rows)
     return layer._kernel, layer.lora_kernel_a, layer.lora_kernel_b
 
 
@@ -128,14 +132,14 @@ def restore_lora_state(model: keras.Model, state: dict[str, np.ndarray], where) 
     if set(variables) != set(state):
         raise ValueError(
             f"{where} holds the LoRA state of {len(state)} variables, this "
-            f"model has {len(variables)} (another --lora-targets?)"
+            f"model has {len(variables)} (another --lora-targets or --lora-token-rows?)"
         )
     for path, variable in variables.items():
         if tuple(state[path].shape) != tuple(variable.shape):
             raise ValueError(
                 f"{where}: {path} has shape {state[path].shape}, the model's "
-                f"is {tuple(variable.shape)} (another --lora-rank or "
-                "--lora-embedding-rank?)"
+                f"is {tuple(variable.shape)} (another --lora-rank, "
+                "--lora-embedding-rank or --lora-token-rows?)"
             )
         variable.assign(state[path])
 

@@ -12,6 +12,8 @@ The one owner of what a fine-tune adds to `train`:
 - `enable_lora`: `enable_lora` (Keras's `Dense`, our `ScaledEmbedding`) on
   the chosen projections of every encoder and decoder block and on the
   embedding table (`--lora-targets`), the rank checked against each one;
+  with `--lora-token-rows K` also the table's rows of the K pieces the new
+  data uses most (`frequent_tokens`), trained in full;
   `freeze_all_but_lora` leaves only the factors trainable.
 
 A LoRA layer's checkpoint state is `run.checkpoints`'s (`lora_state`): Keras
@@ -32,6 +34,7 @@ those peaks for thousands of updates.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ import numpy as np
 from keras_transformer.config import TransformerConfig
 from keras_transformer.data.tasks import task_tokenizer
 from keras_transformer.data.text_files import sha256_file
+from keras_transformer.data.token_pairs import TokenPairs
 from keras_transformer.model import build_transformer
 from keras_transformer.run import preset_files
 from keras_transformer.run.checkpoints import (
@@ -221,18 +225,39 @@ def vocabulary_layers(model: keras.Model) -> list:
     return layers
 
 
+def frequent_tokens(pairs: TokenPairs, count: int) -> np.ndarray:
+    """The ids of the `count` pieces that occur most often in `pairs`, both
+    sides (fewer when fewer occur; ties by id), in ascending order: the
+    rows `--lora-token-rows` trains in full."""
+    occurrences = np.zeros(pairs.vocab_size, np.int64)
+    for side in ("source", "target"):
+        tokens = pairs.tokens[side]
+        # In blocks: a large store's ids are memory-mapped, not in memory.
+        for start in range(0, len(tokens), _COUNT_BLOCK):
+            block = np.asarray(tokens[start : start + _COUNT_BLOCK], np.int64)
+            occurrences += np.bincount(block, minlength=pairs.vocab_size)
+    ranked = np.argsort(-occurrences, kind="stable")[:count]
+    return np.sort(ranked[occurrences[ranked] > 0])
+
+
+_COUNT_BLOCK = 1 << 24
+
+
 def enable_lora(
     model: keras.Model,
     rank: int,
     targets: str,
     alpha: float | None = None,
     embedding_rank: int | None = None,
+    token_rows: Sequence[int] | None = None,
 ) -> list:
     """Enable LoRA on the target layers, of `embedding_rank` (default
     `rank`) on the vocabulary layers and `rank` on the others (checked
     first: at least 1 and at most each weight's smaller side), then freeze
     every other weight. Returns the layers. `alpha` is every layer's scale
-    numerator (its update is alpha / its rank * A B; none: its rank)."""
+    numerator (its update is alpha / its rank * A B; none: its rank).
+    `token_rows`: ids whose rows each embedding table also trains in full
+    (an untied output projection keeps its factors only)."""
     layers = target_layers(model, targets)
     vocabulary = {id(layer) for layer in vocabulary_layers(model)}
     ranks = []
@@ -250,7 +275,12 @@ def enable_lora(
             )
         ranks.append(layer_rank)
     for layer, layer_rank in zip(layers, ranks):
-        layer.enable_lora(layer_rank, lora_alpha=alpha)
+        # The tables (`ScaledEmbedding`); an untied output projection is a Dense.
+        table = id(layer) in vocabulary and not isinstance(layer, keras.layers.Dense)
+        if table and token_rows is not None:
+            layer.enable_lora(layer_rank, lora_alpha=alpha, rows=token_rows)
+        else:
+            layer.enable_lora(layer_rank, lora_alpha=alpha)
     freeze_all_but_lora(model)
     return layers
 

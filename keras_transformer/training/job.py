@@ -46,6 +46,7 @@ from keras_transformer.training.distribution import DistributionPlan, setup_dist
 from keras_transformer.training.fine_tune import (
     enable_lora,
     fine_tune_config,
+    frequent_tokens,
     load_init_weights,
     merged_model,
     resolve_init,
@@ -128,6 +129,8 @@ def run_identity(
             rank = options.lora_embedding_rank
             identity["lora"]["embedding_rank"] = rank
             identity["lora"]["embedding_alpha"] = float(options.lora_alpha or rank)
+        if options.lora_token_rows is not None:  # Runs before it keep theirs.
+            identity["lora"]["token_rows"] = options.lora_token_rows
         schedule = fine_tune_schedule(options)
         # The paper's is implied, as in fine-tunes from before the option
         # (they resume with --fine-tune-schedule paper).
@@ -199,6 +202,7 @@ class _Job:
         self._check_stored_config()
         self._check_what_needs_the_model()
         self.data = store_batches(options, self.store, self.plan)
+        self.token_rows: np.ndarray | None = None  # Set by `_fine_tune`.
         self.model = build_model(
             options, self.config, plan, self._fine_tune if self.init else None
         )
@@ -219,13 +223,18 @@ class _Job:
     def _fine_tune(self, model: keras.Model) -> None:
         """The trained weights (bit for bit), then LoRA on the targets."""
         load_init_weights(model, self.init)
-        if self.options.lora_rank:
+        options = self.options
+        if options.lora_token_rows:
+            train = self.store.pairs("train")
+            self.token_rows = frequent_tokens(train, options.lora_token_rows)
+        if options.lora_rank:
             enable_lora(
                 model,
-                self.options.lora_rank,
-                self.options.lora_targets,
-                self.options.lora_alpha,
-                self.options.lora_embedding_rank,
+                options.lora_rank,
+                options.lora_targets,
+                options.lora_alpha,
+                options.lora_embedding_rank,
+                self.token_rows,
             )
 
     def final_model(self) -> keras.Model:
@@ -249,6 +258,11 @@ class _Job:
         )
         if options.lora_rank and options.lora_embedding_rank is not None:
             how += f", rank {options.lora_embedding_rank} on the vocabulary layers"
+        if self.token_rows is not None:
+            how += (
+                f", the table's rows of the {len(self.token_rows):,} most "
+                "frequent pieces in full"
+            )
         return f"fine-tune of {self.init.path} ({how}), {count}, {trainable:,} trained"
 
     def _check_stored_config(self) -> None:

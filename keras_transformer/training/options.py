@@ -197,6 +197,16 @@ class TrainOptions:
         "None: --lora-rank",
         minimum=1,
     )
+    lora_token_rows: int | None = setting(
+        None,
+        "with --lora-rank and the embeddings target: also train in full the "
+        "embedding table's rows of the K pieces most frequent in the training "
+        "data (both sides), as PEFT's trainable tokens: the words a new domain "
+        "uses most need rows of their own, which a low-rank update of the "
+        "whole table gives them only in part (docs/fine-tuning.md). Each row "
+        "is d_model parameters. None: no row in full",
+        minimum=1,
+    )
     word_pointer: bool = setting(
         False,
         "--task parsing: add to each decoder position the encoder state of "
@@ -245,6 +255,7 @@ _FINE_TUNE_ONLY = (
     "lora_alpha",
     "lora_targets",
     "lora_embedding_rank",
+    "lora_token_rows",
     "fine_tune_schedule",
     "learning_rate",
 )
@@ -291,6 +302,25 @@ def fine_tune_warmup(options: TrainOptions) -> int:
     return warmup if options.max_steps is None else min(warmup, options.max_steps)
 
 
+_LORA_ONLY = ("lora_alpha", "lora_targets", "lora_embedding_rank", "lora_token_rows")
+
+
+def _check_table_flags(options: TrainOptions) -> None:
+    """The embedding table's own LoRA flags, refused when the targets leave
+    the table out."""
+    table_flags = {
+        "--lora-embedding-rank": (options.lora_embedding_rank, "rank"),
+        "--lora-token-rows": (options.lora_token_rows, "rows trained in full"),
+    }
+    for flag, (value, what) in table_flags.items():
+        if value is not None:
+            raise ValueError(
+                f"{flag} {value} sets the embedding table's {what}, but "
+                f"--lora-targets {options.lora_targets} leaves the table out: "
+                f"add embeddings to --lora-targets, or drop {flag}."
+            )
+
+
 def _check_fine_tune(options: TrainOptions) -> None:
     """`--init-from` takes the model's sizes and tokenizer from the trained
     model: refuse the flags that would choose them, and LoRA without it."""
@@ -307,19 +337,12 @@ def _check_fine_tune(options: TrainOptions) -> None:
         return
     _check_fine_tune_rate(options)
     if options.lora_rank is None:
-        for name in ("lora_alpha", "lora_targets", "lora_embedding_rank"):
+        for name in _LORA_ONLY:
             if getattr(options, name) != defaults[name]:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{flag} applies to LoRA: add --lora-rank R.")
-    elif options.lora_embedding_rank is not None and "embeddings" not in (
-        lora_target_names(options.lora_targets)
-    ):
-        raise ValueError(
-            f"--lora-embedding-rank {options.lora_embedding_rank} sets the "
-            f"embedding table's rank, but --lora-targets {options.lora_targets} "
-            "leaves the table out: add embeddings to --lora-targets, or drop "
-            "--lora-embedding-rank."
-        )
+    elif "embeddings" not in lora_target_names(options.lora_targets):
+        _check_table_flags(options)
     # --tokenizer and --vocab-size are checked against the trained model's
     # (`training.fine_tune`): a store's values come back through `replace`.
     if options.preset != defaults["preset"]:

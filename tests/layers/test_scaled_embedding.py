@@ -138,3 +138,74 @@ def test_lora_is_refused_where_it_cannot_apply():
     fresh.quantize("int8")
     with pytest.raises(ValueError, match="int8"):
         fresh.enable_lora(2)
+
+
+ROWS = [2, 7, 40]
+
+
+def _lora_rows_layer() -> ScaledEmbedding:
+    layer = ScaledEmbedding(V, D)
+    layer.build()
+    layer.enable_lora(2, rows=ROWS)
+    rng = np.random.default_rng(2)
+    layer.lora_embeddings_b.assign(rng.normal(size=(2, D)).astype("float32"))
+    layer.lora_rows.assign(rng.normal(size=(len(ROWS), D)).astype("float32"))
+    return layer
+
+
+def test_lora_rows_add_their_update_to_those_rows_only():
+    layer = _lora_rows_layer()
+    low_rank = to_numpy(layer.lora_embeddings_a) @ to_numpy(layer.lora_embeddings_b)
+    expected = to_numpy(layer._embeddings) + low_rank
+    expected[ROWS] += to_numpy(layer.lora_rows)
+    np.testing.assert_allclose(to_numpy(layer.embeddings), expected, rtol=1e-5)
+    hidden = np.ones((1, 1, D), "float32")
+    np.testing.assert_allclose(
+        to_numpy(layer(hidden, reverse=True))[0], hidden[0] @ expected.T, rtol=1e-5
+    )
+    trainable = {v.path.split("/")[-1] for v in layer.trainable_weights}
+    assert trainable == {"lora_embeddings_a", "lora_embeddings_b", "lora_rows"}
+    assert to_numpy(layer.lora_row_ids).tolist() == ROWS
+
+
+def test_lora_rows_learn_their_rows_and_no_other():
+    layer = _lora_rows_layer()
+    layer.lora_rows.assign(np.zeros((len(ROWS), D), "float32"))
+    for factor in (layer.lora_embeddings_a, layer.lora_embeddings_b):
+        factor.trainable = False  # The rows' own update alone.
+    hidden = np.random.default_rng(3).normal(size=(4, 5, D)).astype("float32")
+    targets = np.array([[2, 7, 40, 9, 2]] * 4, "int32")
+    before = to_numpy(layer.embeddings)
+    inputs = keras.Input((5, D))
+    model = keras.Model(inputs, layer(inputs, reverse=True))
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss)
+    model.fit(hidden, targets, epochs=1, batch_size=4, verbose=0)
+    moved = np.abs(to_numpy(layer.embeddings) - before).max(axis=1) > 0
+    assert np.flatnonzero(moved).tolist() == ROWS
+
+
+def test_lora_rows_save_merged_and_load_with_their_update_zeroed():
+    layer = _lora_rows_layer()
+    store = {}
+    layer.save_own_variables(store)
+    assert list(store) == ["0"]
+    np.testing.assert_allclose(to_numpy(store["0"]), to_numpy(layer.embeddings))
+    again = _lora_rows_layer()
+    again.load_own_variables(store)
+    np.testing.assert_allclose(
+        to_numpy(again.embeddings), to_numpy(store["0"]), rtol=1e-6
+    )
+    assert not to_numpy(again.lora_rows).any()
+
+
+@pytest.mark.parametrize(
+    "rows,message",
+    [([], "at least one"), ([3, 3], "distinct"), ([1, V], rf"in \[0, {V}\)")],
+)
+def test_lora_rows_are_refused_unless_distinct_ids_of_the_table(rows, message):
+    layer = ScaledEmbedding(V, D)
+    layer.build()
+    with pytest.raises(ValueError, match=message):
+        layer.enable_lora(2, rows=rows)
+    assert not layer.lora_enabled

@@ -13,15 +13,22 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.data.datasets import DatasetSpec
 from keras_transformer.data.prepare import prepare_store, store_location
 from keras_transformer.data.store_options import PrepareOptions
+from keras_transformer.data.token_pairs import TokenPairs
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.export.preset import export_preset
 from keras_transformer.model import build_transformer
 from keras_transformer.run import checkpoints
 from keras_transformer.run.directory import RunConflict, RunDirectory
 from keras_transformer.schedules import FineTuneSchedule
-from keras_transformer.training import TrainingInterrupted, TrainOptions, train
+from keras_transformer.training import (
+    TrainingInterrupted,
+    TrainOptions,
+    fine_tune,
+    train,
+)
 from keras_transformer.training.fine_tune import (
     enable_lora,
+    frequent_tokens,
     target_layers,
     vocabulary_layers,
 )
@@ -183,7 +190,12 @@ def test_each_checkpoint_has_its_lora_sidecar_and_translation_loads_it(lora_run)
 
 
 @pytest.mark.parametrize(
-    "changes", [dict(lora_rank=RANK + 1), dict(lora_rank=RANK, lora_embedding_rank=5)]
+    "changes",
+    [
+        dict(lora_rank=RANK + 1),
+        dict(lora_rank=RANK, lora_embedding_rank=5),
+        dict(lora_rank=RANK, lora_token_rows=5),
+    ],
 )
 def test_resume_with_other_lora_settings_is_refused(
     lora_run, corpus_files, base_run, changes
@@ -257,6 +269,55 @@ def test_a_lora_checkpoint_restores_factors_not_zeros(lora_run):
         options,
         run.load_config(),
         before_compile=lambda m: enable_lora(m, RANK, options.lora_targets),
+    )
+    checkpoints.restore_checkpoint(model, run.checkpoints()[-1])
+    for got, expected in zip(model.weights, keep.kept.weights):
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(expected)
+        )
+
+
+@fine_tune_plumbing
+def test_the_most_frequent_pieces_of_both_sides_are_chosen(monkeypatch):
+    monkeypatch.setattr(fine_tune, "_COUNT_BLOCK", 3)  # Counted in blocks.
+    pairs = TokenPairs.from_lists(
+        [[5, 5, 9], [7, 5]], [[9, 9, 4], [5, 7, 3, 3]], vocab_size=12
+    )
+    # 5: 4 times, 9: 3, 3 and 7: 2 (3 first: ties by id), 4: 1.
+    assert frequent_tokens(pairs, 4).tolist() == [3, 5, 7, 9]
+    assert frequent_tokens(pairs, 1).tolist() == [5]
+    assert frequent_tokens(pairs, 12).tolist() == [3, 4, 5, 7, 9]  # What occurs.
+
+
+@not_on_tensorflow
+def test_lora_token_rows_train_the_most_frequent_rows_in_full(
+    tmp_path, corpus_files, base_run
+):
+    keep = KeepModel()
+    options = fine_tune_options(
+        tmp_path / "run", corpus_files, base_run, lora_rank=RANK, lora_token_rows=20
+    )
+    train(options, callbacks=[keep])
+    table = keep.kept._parts.target_embedding
+    ids = keras.ops.convert_to_numpy(table.lora_row_ids)
+    tokenizer = RunDirectory(base_run).load_tokenizer()
+    sides = [open(path, encoding="utf-8").read().splitlines()
+             for path in corpus_files["train"]]  # fmt: skip
+    pairs = TokenPairs.from_lists(
+        tokenizer.encode(sides[0]), tokenizer.encode_target(sides[1]),
+        vocab_size=tokenizer.vocab_size,
+    )  # fmt: skip
+    np.testing.assert_array_equal(ids, frequent_tokens(pairs, 20))
+    assert np.abs(keras.ops.convert_to_numpy(table.lora_rows)).min(axis=1).all()
+    # The checkpoint's sidecar holds the ids: a model whose table trains
+    # other rows is restored to these.
+    run = RunDirectory(tmp_path / "run")
+    model = build_model(
+        options,
+        run.load_config(),
+        before_compile=lambda m: enable_lora(
+            m, RANK, options.lora_targets, token_rows=range(20)
+        ),
     )
     checkpoints.restore_checkpoint(model, run.checkpoints()[-1])
     for got, expected in zip(model.weights, keep.kept.weights):
@@ -344,6 +405,16 @@ def test_lora_from_a_preset_of_a_lora_run(lora_run, tmp_path, corpus_files):
         (
             dict(lora_targets="query,value", lora_embedding_rank=16),
             "--lora-targets query,value leaves the table out",
+        ),
+        (dict(lora_token_rows=0), "--lora-token-rows"),
+        (
+            dict(lora_rank=None, lora_token_rows=16),
+            "--lora-token-rows applies to LoRA: add --lora-rank",
+        ),
+        (
+            dict(lora_targets="query,value", lora_token_rows=16),
+            "--lora-token-rows 16 sets the embedding table's rows trained in "
+            "full, but --lora-targets query,value leaves the table out",
         ),
         (dict(overrides={"d_model": 64}), "--set d_model=64"),
         (dict(preset="base"), "--preset base"),
