@@ -415,6 +415,7 @@ def _refuse_with_hyp(args: argparse.Namespace) -> None:
         if getattr(args, flag)
     ]
     given += [] if args.tree_constraints else ["no_tree_constraints"]
+    given += ["gold_tags"] if getattr(args, "gold_tags", False) else []
     given += [  # The search flags default to None (the task's) or False.
         field.name
         for field in dataclasses.fields(SearchSettings)
@@ -435,6 +436,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         return _evaluate_parsing(args)
     if not args.tree_constraints:
         raise ValueError("--no-tree-constraints applies to --task parsing only.")
+    if args.gold_tags:
+        raise ValueError("--gold-tags applies to --task parsing only.")
     if args.split:
         return _evaluate_split(args)
     if not args.ref:
@@ -511,9 +514,17 @@ def _evaluate_parsing(args: argparse.Namespace) -> int:
         _refuse_with_hyp(args)
         parses = evaluation.read_parses(args.hyp, gold, lenient_utf8=args.lenient_utf8)
     else:
+        if args.gold_tags and not args.tree_constraints:
+            raise ValueError(
+                "--gold-tags makes the tree-writing search write the gold tags; "
+                "it cannot be used with --no-tree-constraints."
+            )
         translator = _translator(args, "parsing", ensemble=args.ensemble)
         parses = evaluation.parse_sentences(
-            translator, [t.words() for t in gold], with_words=_run(args).tree_words
+            translator,
+            [t.words() for t in gold],
+            with_words=_run(args).tree_words,
+            given_tags=[t.tags() for t in gold] if args.gold_tags else None,
         )
     if args.output:
         from keras_transformer.utils.atomic_files import atomic_write_text
@@ -527,10 +538,17 @@ def _parse(args: argparse.Namespace) -> int:
     from keras_transformer.decoding import parse_evaluation as evaluation
 
     lines = _read_lines(args.input, args) if args.input else _read_stdin(args)
+    sentences, tags = _parse_input(args, lines)
+    translator = _translator(args, "parsing", ensemble=args.ensemble)
+    for number, line_tags in enumerate(tags or [], start=1):
+        # Each line's tags checked here, so an error names its line.
+        where = f"{args.input or '<stdin>'}:{number}"
+        translator.generator.grammar.given_tag_ids(line_tags, where)
     parses = evaluation.parse_sentences(
-        _translator(args, "parsing", ensemble=args.ensemble),
-        [line.split() for line in lines],
+        translator,
+        sentences,
         with_words=_run(args).tree_words,
+        given_tags=tags,
     )
     sys.stdout.write(evaluation.trees_text(parses))
     repaired = evaluation.repair_counts(parses)
@@ -542,6 +560,26 @@ def _parse(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _parse_input(args: argparse.Namespace, lines: list[str]):
+    """`parse`'s sentences (words per line) and, with --tagged, their tags
+    (checked before a model loads)."""
+    if not args.tagged:
+        return [line.split() for line in lines], None
+    if not args.tree_constraints:
+        raise ValueError(
+            "--tagged makes the tree-writing search write the given tags; it "
+            "cannot be used with --no-tree-constraints."
+        )
+    from keras_transformer.parsing.tree import split_tagged
+
+    source = args.input or "<stdin>"
+    pairs = [
+        split_tagged(line, f"{source}:{number}")
+        for number, line in enumerate(lines, start=1)
+    ]
+    return [words for words, _ in pairs], [tags for _, tags in pairs]
 
 
 def _average(args: argparse.Namespace) -> int:

@@ -431,6 +431,13 @@ def _add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
     _add_lenient_argument(parser)
     _add_tree_constraints_argument(parser)
     parser.add_argument(
+        "--gold-tags",
+        action="store_true",
+        help="parsing: the search writes the --ref trees' own part-of-speech "
+        "tags and chooses only the phrases (the oracle-tag setting of "
+        "benchmarks/parsing_baselines.py); default: the model predicts them",
+    )
+    parser.add_argument(
         "--src", help="source file to translate (needs --run-dir or --preset)"
     )
     parser.add_argument(
@@ -462,6 +469,13 @@ def _add_parse_arguments(parser: argparse.ArgumentParser) -> None:
         "--input",
         help="tokenized sentences, words separated by spaces, one per line "
         "(default: stdin)",
+    )
+    parser.add_argument(
+        "--tagged",
+        action="store_true",
+        help="each input word carries its part-of-speech tag, word/TAG (a "
+        "tagger's output): the trees keep those tags and the model chooses "
+        "only the phrases",
     )
     _add_quantize_argument(parser)
     _add_ensemble_argument(parser)

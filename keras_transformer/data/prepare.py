@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from keras_transformer.data import unknown_words
 from keras_transformer.data.block_encoding import (
     EncoderPool,
     encode_block,
@@ -134,6 +135,8 @@ def _settings(options: PrepareOptions) -> dict[str, Any]:
         "seed": options.seed,
         "lenient_utf8": options.data.lenient_utf8,
     }
+    if options.tokenizer == "words":  # Stores learned before the classes differ.
+        settings["unknown_word_classes"] = unknown_words.CLASSES_VERSION
     if options.tokenizer_from is not None:
         given = given_tokenizer(options.tokenizer_from)
         del settings["tokenizer_sample"], settings["seed"]  # Nothing is learned.

@@ -49,10 +49,13 @@ behave exactly as before; their options are read from the saved model.
 `words` is a plain word-level vocabulary (the parsing task's, whose source
 is tokenized words and whose target is tree symbols): a text is split at
 whitespace, each word is one id, a word outside the vocabulary is
-`<unk>`, and `detokenize` joins with single spaces. It keeps the
-`vocab_size` - 4 most frequent words of the training text (ties broken by
-first appearance), so rare words become `<unk>`, as in the parsers that
-linearize trees (Vinyals et al., 2015).
+`<unk>`, and `detokenize` joins with single spaces. It keeps the most
+frequent words of the training text (ties broken by first appearance) and,
+in the places of the rarest, the unknown-word classes of the words it leaves
+out (`data.unknown_words`: "<unk-cap-ed>" for "Flanked"), `vocab_size` - 4
+in all; a word outside the vocabulary becomes its class, or `<unk>` when
+the class is not in it either (every unknown word of a vocabulary learned
+before the classes, as in Vinyals et al., 2015).
 
 WordPiece cannot be lossless: it splits on whitespace and punctuation and
 `detokenize` joins the pieces with single spaces ("river." -> "river ."),
@@ -77,6 +80,11 @@ import numpy as np
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data.text_files import DataError, PairBlock, sha256_file
+from keras_transformer.data.unknown_words import (
+    is_class_token,
+    unknown_word_class,
+    words_and_classes,
+)
 from keras_transformer.utils import console
 from keras_transformer.utils.atomic_files import atomic_write_bytes, atomic_write_text
 from keras_transformer.utils.cpu import available_cores
@@ -450,6 +458,9 @@ class WordTokenizer(_VocabularyFileTokenizer):
             raise ValueError("A word vocabulary must not repeat an entry.")
         self.vocabulary = list(vocabulary)
         self._ids = {word: index for index, word in enumerate(self.vocabulary)}
+        # A vocabulary learned with classes holds them; one without (learned
+        # before they existed) reads every unknown word as <unk>, as it did.
+        self.has_unknown_classes = any(map(is_class_token, self.vocabulary))
 
     @classmethod
     def train(cls, texts: Sequence[str], vocab_size: int) -> WordTokenizer:
@@ -464,21 +475,27 @@ class WordTokenizer(_VocabularyFileTokenizer):
                 counts[word] = counts.get(word, 0) + 1
         for reserved in RESERVED_TOKENS:
             counts.pop(reserved, None)
-        # A stable sort keeps first appearance among equal counts.
-        kept = sorted(counts, key=counts.__getitem__, reverse=True)
-        return cls([*RESERVED_TOKENS, *kept[: vocab_size - len(RESERVED_TOKENS)]])
+        # Stable sorts keep first appearance among equal counts.
+        kept = words_and_classes(counts, vocab_size - len(RESERVED_TOKENS))
+        return cls([*RESERVED_TOKENS, *kept])
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         ids, unk = self._ids, self.unk_id
         # A literal "</s>" or "<pad>" in a text is a word, not a control id.
         reserved = len(RESERVED_TOKENS)
+        unknown = self._unknown_id if self.has_unknown_classes else lambda word: unk
         return [
             [
-                i if (i := ids.get(word, unk)) >= reserved else unk
+                i if (i := ids.get(word, -1)) >= reserved else unknown(word)
                 for word in text.split()
             ]
             for text in texts
         ]
+
+    def _unknown_id(self, word: str) -> int:
+        """The id of `word`'s unknown-word class, or `<unk>`'s."""
+        token = unknown_word_class(word)
+        return self._ids.get(token, self.unk_id) if token else self.unk_id
 
     def _decode(self, ids: list[list[int]]) -> list[str]:
         words = self.vocabulary

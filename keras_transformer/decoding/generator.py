@@ -159,13 +159,21 @@ class SequenceGenerator:
     allow_unk = property(lambda self: self.settings.allow_unk)
     early_stopping = property(lambda self: self.settings.early_stopping)
 
-    def search(self, source_ids, uniform=None, alpha=None):
+    def search(self, source_ids, uniform=None, alpha=None, given_tags=None):
         """The uncompiled search on tensors: (B, S) int32 source ids ->
         (sequences (B, k, L), scores (B, k)) tensors. B and S may be dynamic
         (a TensorFlow graph with unknown dimensions)."""
-        return self.result(self.advance(self.start(source_ids, uniform, alpha=alpha)))
+        carry = self.start(source_ids, uniform, alpha, given_tags)
+        return self.result(self.advance(carry))
 
-    def start(self, source_ids, uniform=None, alpha=None, growing_cache: bool = False):
+    def start(
+        self,
+        source_ids,
+        uniform=None,
+        alpha=None,
+        given_tags=None,
+        growing_cache: bool = False,
+    ):
         """Encode (B, S) sources and set up the search: returns the carry, a
         dict of tensors whose leading axis is B or B * k ("step" and
         "alpha" aside).
@@ -175,7 +183,9 @@ class SequenceGenerator:
         for a caller that grows them (see `cache_length`). `alpha`, the
         length penalty's exponent, is a value of the carry, not of the
         program: a scalar tensor (default: the settings' alpha), so every
-        alpha runs the same compiled search."""
+        alpha runs the same compiled search. `given_tags`: with a grammar,
+        (B, S) the target id of each word's tag, -1 for any
+        (`TreeGrammar.start`)."""
         k = self.beam_size
         batch_size, source_length = ops.shape(source_ids)
         max_length = source_length + self.max_extra_length
@@ -204,9 +214,11 @@ class SequenceGenerator:
             state = ops.full((rows, max_length + 1), search.BOS_ID, "int32")
         if self.grammar is not None:  # Its state goes where the beams go.
             row_limits = ops.repeat(limits, k, axis=0) if k > 1 else limits
+            if given_tags is not None and k > 1:
+                given_tags = ops.repeat(given_tags, k, axis=0)
             state = {
                 "model": state,
-                "grammar": self.grammar.start(source_ids, row_limits),
+                "grammar": self.grammar.start(source_ids, row_limits, given_tags),
             }
         if self.sampling is not None:
             carry["loop"] = search.sampling_start(state, limits, max_length, uniform)
@@ -313,22 +325,41 @@ class SequenceGenerator:
         carry = self.advance(carry, stop_step)
         return carry, self.active(carry), *self.result(carry)
 
-    def __call__(self, source_ids, abandoned=None, uniform=None, alpha=None):
+    def __call__(
+        self, source_ids, abandoned=None, uniform=None, alpha=None, given_tags=None
+    ):
         """(sequences, scores) of (B, S) source ids. `abandoned`: a callable
         giving (B,) bools, read between segments: rows it marks True (their
         caller left) stop there, as finished rows do, and their outputs are
         whatever they had (the whole search, without `drop_finished`,
         ignores it). `alpha`: the length penalty's exponent for this call
-        (default: the settings'), on the same compiled programs."""
+        (default: the settings'), on the same compiled programs.
+        `given_tags`: (B, S) int, each word's tag's target id or -1, for the
+        grammar (`start`)."""
         source_ids = np.asarray(source_ids, np.int32)
         uniform = self._uniform(source_ids, uniform)
         alpha = self._alpha(alpha)
+        given = self._given_tags(source_ids, given_tags)
         if not self.drop_finished:
             sequences, scores = self._run(
-                ops.convert_to_tensor(source_ids), uniform, alpha
+                ops.convert_to_tensor(source_ids), uniform, alpha, given
             )
             return ops.convert_to_numpy(sequences), ops.convert_to_numpy(scores)
-        return self._search_in_segments(source_ids, abandoned, uniform, alpha)
+        return self._search_in_segments(source_ids, abandoned, uniform, alpha, given)
+
+    def _given_tags(self, source_ids: np.ndarray, given_tags):
+        """The given tags as a tensor (None when none), checked against the
+        batch's shape; only a grammar reads them."""
+        if given_tags is None:
+            return None
+        if self.grammar is None:
+            raise ValueError("Given tags need the tree grammar (a parsing search).")
+        if np.shape(given_tags) != source_ids.shape:
+            raise ValueError(
+                f"Given tags must be one per source word, of shape "
+                f"{source_ids.shape}. Received: {np.shape(given_tags)}"
+            )
+        return ops.convert_to_tensor(np.asarray(given_tags, np.int32))
 
     def _alpha(self, alpha=None):
         """`alpha` (default: the settings') as the float32 scalar tensor the
@@ -350,10 +381,10 @@ class SequenceGenerator:
             )
         return ops.convert_to_tensor(np.asarray(uniform, np.float32))
 
-    def _search_in_segments(self, source_ids, abandoned, uniform, alpha):
+    def _search_in_segments(self, source_ids, abandoned, uniform, alpha, given):
         batch_size = source_ids.shape[0]
         max_length = source_ids.shape[1] + self.max_extra_length
-        carry = self._start(ops.convert_to_tensor(source_ids), uniform, alpha)
+        carry = self._start(ops.convert_to_tensor(source_ids), uniform, alpha, given)
         rows = np.arange(batch_size)  # Each carry row's input row; -1: filler.
         sequences = scores = None
         step = 0
@@ -395,11 +426,15 @@ class SequenceGenerator:
                 source_ids, np.zeros((source_ids.shape[0], length), np.float32)
             )
         if not self.drop_finished:
-            self._run(ops.convert_to_tensor(source_ids), uniform, self._alpha())
+            self._run(ops.convert_to_tensor(source_ids), uniform, self._alpha(), None)
             return
         batch_size = source_ids.shape[0]
         max_length = source_ids.shape[1] + self.max_extra_length
-        carry = self._start(ops.convert_to_tensor(source_ids), uniform, self._alpha())
+        # The arguments as a search without given tags passes them (the
+        # same program: a call with fewer arguments would trace another).
+        carry = self._start(
+            ops.convert_to_tensor(source_ids), uniform, self._alpha(), None
+        )
         lengths = [max_length]
         if self.cached and batch_size > SMALL_BATCH:
             lengths = [

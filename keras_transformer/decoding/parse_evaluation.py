@@ -70,12 +70,20 @@ def parse_sentences(
     sentences: Sequence[Sequence[str]],
     *,
     with_words: bool = False,
+    given_tags: Sequence[Sequence[str]] | None = None,
 ) -> list[Delinearized | None]:
     """One parse per sentence (None for an empty one), in order; `with_words`:
-    the model was trained on targets with the words (`linearize`)."""
+    the model was trained on targets with the words (`linearize`).
+    `given_tags`: a tag per word of each sentence, which the parses keep
+    (the search writes them: `Translator.search`); `translate` then takes
+    them as its second argument."""
     sentences = [list(words) for words in sentences]
     wanted = [index for index, words in enumerate(sentences) if words]
-    outputs = translate([" ".join(sentences[index]) for index in wanted])
+    texts = [" ".join(sentences[index]) for index in wanted]
+    if given_tags is None:
+        outputs = translate(texts)
+    else:
+        outputs = translate(texts, [list(given_tags[index]) for index in wanted])
     parses: list[Delinearized | None] = [None] * len(sentences)
     for index, output in zip(wanted, outputs, strict=True):
         parses[index] = delinearize(

@@ -139,20 +139,24 @@ class Translator:
             return self.sampling.samples
         return self.settings.beam_size
 
-    def __call__(self, texts: Sequence[str]) -> list[str]:
-        return self.translate(texts)
+    def __call__(self, texts: Sequence[str], given_tags=None) -> list[str]:
+        return self.translate(texts, given_tags)
 
     def search(
-        self, texts: Sequence[str], abandoned=None
+        self, texts: Sequence[str], abandoned=None, given_tags=None
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Every hypothesis of the search per text, in input order: (ids
         (k, L) int32, up to and including EOS then PAD; scores (k,)
         float32), best first. A blank text gets (k, 0) ids and zero
         scores: it is not searched. `abandoned`: a callable giving a bool
         per text, read as the search goes: a text it marks True stops
-        being searched (see `SequenceGenerator`), its result unfinished."""
+        being searched (see `SequenceGenerator`), its result unfinished.
+        `given_tags`: parsing, a sequence of tags (str, or None for any)
+        per text, one per word, that the tree grammar makes the search
+        write (`TreeGrammar.start`)."""
         texts = list(texts)
         encoded = self.tokenizer.encode(texts)
+        given = self._given_tag_ids(given_tags, encoded)
         results = unsearched(len(texts), self.hypotheses_per_text)
         samples = 1 if self.sampling is None else self.sampling.samples
         # Sampling searches each text `samples` times, a row each.
@@ -169,12 +173,40 @@ class Translator:
             gone = None if abandoned is None else _rows_of(abandoned, indices, size)
             source = pad_batch(rows, ladder_length(max(map(len, rows))))
             uniform = self._uniform(source, chunk, size)
-            sequences, scores = self.generator(source, gone, uniform, self._alpha)
+            tags = None
+            if given is not None:
+                tags = np.full(source.shape, -1, np.int32)
+                for row, index in enumerate(indices):
+                    tags[row, : len(given[index])] = given[index]
+            sequences, scores = self.generator(source, gone, uniform, self._alpha, tags)
             for row, index in enumerate(indices):
                 found.setdefault(index, []).append((sequences[row], scores[row]))
         for index, parts in found.items():
             results[index] = _joined(parts)
         return results
+
+    def _given_tag_ids(self, given_tags, encoded) -> list[list[int]] | None:
+        """Each text's given tags as target ids (`search`), checked: a tag
+        per word, each one the model can write."""
+        if given_tags is None:
+            return None
+        grammar = self.generator.grammar
+        if grammar is None:
+            raise ValueError("Given tags need the tree grammar (a parsing search).")
+        given_tags = list(given_tags)
+        if len(given_tags) != len(encoded):
+            raise ValueError(
+                f"Given tags for {len(given_tags)} sentences; there are {len(encoded)}."
+            )
+        ids = []
+        for number, (tags, words) in enumerate(zip(given_tags, encoded), start=1):
+            if len(tags) != len(words):
+                raise ValueError(
+                    f"sentence {number}: {len(tags)} given tags for "
+                    f"{len(words)} words; expected one tag per word."
+                )
+            ids.append(grammar.given_tag_ids(tags, f"sentence {number}"))
+        return ids
 
     def _uniform(self, source: np.ndarray, chunk, size: int):
         """The numbers the batch's rows draw with (None without sampling)."""
@@ -187,13 +219,15 @@ class Translator:
             self.sampling.draw_seed, list(sentences), list(samples), length
         )
 
-    def translate_ids(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Best output ids per text (up to and including EOS)."""
-        return best_ids(self.search(texts))
+    def translate_ids(self, texts: Sequence[str], given_tags=None) -> list[np.ndarray]:
+        """Best output ids per text (up to and including EOS); `given_tags`
+        as `search`'s."""
+        return best_ids(self.search(texts, given_tags=given_tags))
 
-    def translate(self, texts: Sequence[str]) -> list[str]:
-        """One translation per input, in input order; "" for a blank input."""
-        return self._detokenize(self.translate_ids(texts))
+    def translate(self, texts: Sequence[str], given_tags=None) -> list[str]:
+        """One translation per input, in input order; "" for a blank input.
+        `given_tags` as `search`'s."""
+        return self._detokenize(self.translate_ids(texts, given_tags))
 
     def nbest(
         self, texts: Sequence[str], abandoned=None

@@ -16,7 +16,9 @@ here they cannot be written):
   another junk token, which `delinearize` would drop);
 - after a tag, with the words, only that word's id (the source's, so an
   unknown word's ``<unk>``);
-- EOS only once the root is closed over all n words.
+- EOS only once the root is closed over all n words;
+- with given tags (a tagged sentence, or the treebank's own tags to parse
+  as its oracle-tag baselines do), at word k only its tag.
 
 "Room" counts what the tree still needs: a tag (and copy) per word left, a
 close per open phrase, the root's two brackets if not yet written, and EOS.
@@ -77,6 +79,7 @@ class TreeGrammar:
         self._opens = np.full(size, -1, np.int32)  # label index of "(X", else -1
         self._closes = np.full(size, -1, np.int32)  # label index of ")X", else -1
         self._tags = np.zeros(size, bool)
+        self._tag_ids: dict[str, int] = {}
         for token_id, token in enumerate(vocabulary):
             if token_id in _RESERVED:
                 continue  # Never a bracket or a tag (EOS is allowed apart).
@@ -86,6 +89,7 @@ class TreeGrammar:
                 table[token_id] = labels.setdefault(label, len(labels))
             elif role == "tag":
                 self._tags[token_id] = True
+                self._tag_ids[token] = token_id
         if not (self._opens >= 0).any() or not self._tags.any():
             raise ValueError(
                 "The vocabulary holds no phrase bracket ('(X') or no tag: it is "
@@ -105,13 +109,34 @@ class TreeGrammar:
             )
         return cls(vocabulary, with_words=with_words)
 
-    def start(self, source_ids, limits):
+    def given_tag_ids(self, tags: Sequence[str | None], where: str) -> list[int]:
+        """The target ids of a sentence's given tags, -1 for None (any tag).
+        A tag the vocabulary does not hold is refused, naming `where` (the
+        sentence) and the word."""
+        ids = []
+        for number, tag in enumerate(tags, start=1):
+            if tag is None:
+                ids.append(-1)
+            elif tag in self._tag_ids:
+                ids.append(self._tag_ids[tag])
+            else:
+                raise ValueError(
+                    f"{where}, word {number}: the tag {tag!r} is not in the "
+                    "model's vocabulary (it never saw it in training), so the "
+                    "search cannot write it."
+                )
+        return ids
+
+    def start(self, source_ids, limits, given_tags=None):
         """The state before the first step: source_ids (N, S) (pad 0),
-        limits (N,) each row's output length limit. A dict of tensors whose
-        leading axis is N."""
+        limits (N,) each row's output length limit, given_tags (N, S) the
+        target id of each word's tag, -1 where any tag may go (or None: any
+        tag everywhere). A dict of tensors whose leading axis is N."""
         rows = ops.shape(source_ids)[0]
         zeros = ops.zeros((rows,), "int32")
+        given = {} if given_tags is None else {"given": ops.cast(given_tags, "int32")}
         return {
+            **given,
             "words": ops.sum(ops.cast(ops.not_equal(source_ids, PAD_ID), "int32"), 1),
             "limits": ops.cast(limits, "int32"),
             "tags": zeros,
@@ -209,6 +234,11 @@ class TreeGrammar:
         opens = ops.convert_to_tensor(self._opens)[None, :]
         closes = ops.convert_to_tensor(self._closes)[None, :]
         tags_row = ops.convert_to_tensor(self._tags)[None, :]
+        if "given" in state:  # Word k's tag only, where one is given.
+            given = self._given_tag(state, source_ids)
+            tags_row = ops.logical_and(
+                tags_row, ops.logical_or(given < 0, ops.equal(vocab, given))
+            )
         return _any(
             ops.logical_and(open_ok[:, None], opens >= 0),
             _all(close_ok[:, None], closes >= 0, ops.equal(closes, label[:, None])),
@@ -217,9 +247,16 @@ class TreeGrammar:
             ops.logical_and(eos_ok[:, None], ops.equal(vocab, EOS_ID)),
         )
 
+    def _given_tag(self, state, source_ids):
+        """(N, 1) the given tag of each row's next word (-1: any)."""
+        word = ops.clip(state["tags"], 0, ops.shape(source_ids)[1] - 1)[:, None]
+        return ops.take_along_axis(state["given"], word, axis=1)
+
     def mask(self, state, logits, step, source_ids):
         """logits (N, V) with what the grammar forbids at SUPPRESSED; a row
-        with nothing allowed keeps its logits (it is repaired later)."""
+        with nothing allowed keeps its logits (it is repaired later). A
+        given tag is scored as the model's own choice would be: what the
+        model thought of it stays in the hypothesis's score."""
         allowed = self.allowed(state, step, source_ids)
         logits = ops.cast(logits, "float32")
         masked = ops.where(allowed, logits, SUPPRESSED)

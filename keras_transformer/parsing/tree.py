@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["Tree", "TreeError", "parse_tree", "iter_trees"]
+__all__ = ["Tree", "TreeError", "parse_tree", "iter_trees", "split_tagged"]
 
 
 class TreeError(ValueError):
@@ -154,3 +154,21 @@ def parse_tree(text: str, source: str = "<string>", first_line: int = 1) -> Tree
             f"{source}:{first_line}: expected one tree, found {len(trees)}."
         )
     return trees[0][0]
+
+
+def split_tagged(line: str, where: str) -> tuple[list[str], list[str]]:
+    """The words and tags of a tagged sentence, ``word/TAG`` tokens separated
+    by spaces (a tagger's usual output; a word may hold a slash, the tag is
+    after the last one: ``1\\/2/CD``). `where` (``"FILE:LINE"``) is named
+    in the error for a token without a word or a tag."""
+    words, tags = [], []
+    for number, token in enumerate(line.split(), start=1):
+        word, slash, tag = token.rpartition("/")
+        if not slash or not word or not tag:
+            raise TreeError(
+                f"{where}: token {number} ({token!r}) is not word/TAG: a tagged "
+                "sentence gives each word its part-of-speech tag after a slash."
+            )
+        words.append(word)
+        tags.append(tag)
+    return words, tags

@@ -477,13 +477,49 @@ def words():
 
 
 def test_words_keeps_the_most_frequent_words_first_appearance_breaking_ties():
-    # Counts: b 1, a 3, c 2, d 1, e 1; b comes before d and e.
-    texts = ["b a c", "a c d", "a e"]
-    tok = train_tokenizer(texts, 7, kind="words")
+    # Counts: b 1, a 3, c 2, d 1, e 1, F 1; b comes before d and e. Room for
+    # five: the words left out (d, e, F) bring their classes, which take the
+    # places of the rarest words kept.
+    texts = ["b a c", "a c d", "a e F"]
+    tok = train_tokenizer(texts, 9, kind="words")
     assert tok.kind == "words"
-    assert tok.vocabulary == [*RESERVED_TOKENS, "a", "c", "b"]
-    assert tok.vocab_size == 7
-    assert tok.encode(["d e b"]) == [[UNK_ID, UNK_ID, 6]]
+    assert tok.vocabulary == [
+        *RESERVED_TOKENS,
+        "a",
+        "c",
+        "<unk-lower>",
+        "b",
+        "<unk-cap>",
+    ]
+    assert tok.vocab_size == 9
+    assert tok.has_unknown_classes
+    lower, b, cap = (tok.vocabulary.index(t) for t in ("<unk-lower>", "b", "<unk-cap>"))
+    # Unseen words too: a word outside the vocabulary is its class.
+    assert tok.encode(["d e b F Zed 猫"]) == [[lower, lower, b, cap, cap, UNK_ID]]
+
+
+def test_words_classes_take_the_places_of_the_rarest_words():
+    # a 4, b 3, c 2 and d, e, f once each: room for three; the classes of the
+    # left-out words (here all "<unk-lower>") must fit, so c goes too.
+    tok = train_tokenizer(["a a a a b b b c c d e f"], 7, kind="words")
+    assert tok.vocabulary == [*RESERVED_TOKENS, "<unk-lower>", "a", "b"]
+    assert tok.encode(["c f a"])[0] == [4, 4, 5]
+
+
+def test_words_vocabulary_without_classes_reads_unknown_words_as_unk():
+    # Learned before the classes existed: every unknown word is <unk>, as then.
+    tok = tokenizer_module.WordTokenizer([*RESERVED_TOKENS, "a", "b"])
+    assert not tok.has_unknown_classes
+    assert tok.encode(["a Zed running b"]) == [[4, UNK_ID, UNK_ID, 5]]
+
+
+def test_words_with_classes_save_and_load(tmp_path):
+    tok = train_tokenizer(["the the the cat ran", "the dog Walked"], 7, kind="words")
+    tok.save(tmp_path)
+    loaded = load_tokenizer(tmp_path)
+    assert loaded.vocabulary == tok.vocabulary and loaded.has_unknown_classes
+    texts = ["the Running dog", "a cat-like thing"]
+    assert loaded.encode(texts) == tok.encode(texts)
 
 
 def test_words_vocabulary_is_no_larger_than_the_words_seen():

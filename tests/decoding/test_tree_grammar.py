@@ -207,3 +207,73 @@ def test_segments_whole_and_uncached_searches_agree(model, pointer_model, with_p
     ends = (PAD_ID, EOS_ID)
     best = [" ".join(VOCABULARY[i] for i in r if i not in ends) for r in outputs[:, 0]]
     assert repairs(best, texts, with_words=with_words) == [()] * len(texts)
+
+
+def test_given_tags_leave_only_that_tag_for_each_word():
+    grammar = TreeGrammar(VOCABULARY)
+    from keras import ops
+
+    source = ops.convert_to_tensor(np.array([TOKENIZER.encode(["the dog"])[0]]))
+    given = ops.convert_to_tensor(np.array([[ID["DT"], -1]], np.int32))
+    state = grammar.start(source, np.array([40], np.int32), given)
+
+    def allowed(prefix):
+        current = state
+        for token in prefix:
+            current = grammar.update(current, ops.convert_to_tensor([ID[token]]))
+        mask = ops.convert_to_numpy(grammar.allowed(current, len(prefix), source))
+        return {VOCABULARY[i] for i in np.flatnonzero(mask[0])}
+
+    # Word 1's tag is given: DT alone among the tags; word 2's (-1) is free.
+    assert allowed(["(S"]) == names(OPENS) | {"DT"}
+    assert allowed(["(S", "DT"]) == names(OPENS) | names(TAG_IDS)
+
+
+def test_given_tags_that_the_model_cannot_write_are_refused():
+    grammar = TreeGrammar(VOCABULARY)
+    assert grammar.given_tag_ids(["NN", None, "DT"], "s") == [ID["NN"], -1, ID["DT"]]
+    with pytest.raises(ValueError, match="line 3, word 2: the tag 'JJ' is not"):
+        grammar.given_tag_ids(["NN", "JJ"], "line 3")
+    with pytest.raises(ValueError, match="the tag '\\(NP' is not"):
+        grammar.given_tag_ids(["(NP"], "line 1")  # a bracket is no tag
+
+
+@pytest.mark.backend_neutral
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_every_output_keeps_the_given_tags(pointer_model, beam_size):
+    """A property of whole searches of an untrained model with a pointer:
+    every output is a tree over the words whose tags are the given ones
+    (random tags, some left free), in batches the search shrinks."""
+    texts = sentences(12, seed=5)
+    rng = np.random.default_rng(beam_size)
+    given = [
+        [str(rng.choice(TAGS)) if rng.random() < 0.8 else None for _ in text.split()]
+        for text in texts
+    ]
+    grammar = TreeGrammar.for_tokenizer(TOKENIZER)
+    bound = Translator(
+        pointer_model,
+        TOKENIZER,
+        batch_size=4,
+        grammar=grammar,
+        beam_size=beam_size,
+        **SEARCH,
+    )
+    outputs = bound(texts, given)
+    assert repairs(outputs, texts, with_words=False) == [()] * len(texts)
+    for output, text, tags in zip(outputs, texts, given, strict=True):
+        written = delinearize(output.split(), text.split()).tree.tags()
+        assert all(t is None or t == w for t, w in zip(tags, written, strict=True))
+    assert any(t is not None for tags in given for t in tags)
+
+
+def test_given_tags_are_checked_against_the_sentences(model):
+    grammar = TreeGrammar.for_tokenizer(TOKENIZER)
+    bound = Translator(model, TOKENIZER, grammar=grammar, **SEARCH)
+    with pytest.raises(ValueError, match="sentence 2: 1 given tags for 2 words"):
+        bound(["dog", "the dog"], [["NN"], ["DT"]])
+    with pytest.raises(ValueError, match="Given tags for 1 sentences; there are 2"):
+        bound(["dog", "the dog"], [["NN"]])
+    free = Translator(model, TOKENIZER, **SEARCH)
+    with pytest.raises(ValueError, match="need the tree grammar"):
+        free(["dog"], [["NN"]])

@@ -123,6 +123,29 @@ def test_parse_writes_one_tree_over_each_lines_words(parsing_run, tmp_path, caps
         assert ("repaired" in captured.err) == bool(constraints)
 
 
+def test_parse_tagged_input_keeps_each_words_tag(parsing_run, tmp_path, capsys):
+    lines = ["Anna/NNP saw/VBD the/DT dog/NN ./.", "", "a/DT cat/NN left/VBD ./."]
+    source = tmp_path / "tagged.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = ["parse", "--run-dir", str(parsing_run / "run"), "--beam-size", "2"]
+    capsys.readouterr()
+    assert main([*argv, "--input", str(source), "--tagged"]) == 0
+    output = capsys.readouterr().out.splitlines()
+    assert output[1] == ""
+    for line, tree_text in zip(lines[::2], output[::2], strict=True):
+        expected = [tuple(token.split("/")[::-1]) for token in line.split()]
+        assert parse_tree(tree_text).tagged_words() == expected
+    source.write_text("the/DT dog/NN\nthe/DT dog/QQ\n", encoding="utf-8")
+    assert main([*argv, "--input", str(source), "--tagged"]) == 2
+    assert "tagged.txt:2, word 2: the tag 'QQ' is not" in capsys.readouterr().err
+    source.write_text("the/DT dog/NN\nthe/DT dog\n", encoding="utf-8")
+    assert main([*argv, "--input", str(source), "--tagged"]) == 2
+    assert "tagged.txt:2: token 2 ('dog') is not word/TAG" in capsys.readouterr().err
+    tagged = [*argv, "--input", str(source), "--tagged", "--no-tree-constraints"]
+    assert main(tagged) == 2
+    assert "--no-tree-constraints" in capsys.readouterr().err
+
+
 def test_evaluate_parsing_parses_the_gold_words_and_prints_f1(parsing_run, capsys):
     gold = parsing_run / "dev.mrg"
     argv = ["evaluate", "--task", "parsing", "--run-dir", str(parsing_run / "run")]
@@ -133,6 +156,27 @@ def test_evaluate_parsing_parses_the_gold_words_and_prints_f1(parsing_run, capsy
     assert "repaired parses: 0 of 8" in out
     assert main([*argv, "--task", "translation", "--no-tree-constraints"]) == 2
     assert "applies to --task parsing only" in capsys.readouterr().err
+
+
+def test_evaluate_parsing_with_gold_tags_keeps_the_treebanks_tags(
+    parsing_run, tmp_path, capsys
+):
+    gold = parsing_run / "dev.mrg"
+    output = tmp_path / "parses.mrg"
+    argv = ["evaluate", "--task", "parsing", "--run-dir", str(parsing_run / "run"),
+            "--ref", str(gold), "--beam-size", "2"]  # fmt: skip
+    assert main([*argv, "--gold-tags", "--output", str(output)]) == 0
+    assert "repaired parses: 0 of 8" in capsys.readouterr().out
+    parses = [parse_tree(line) for line in output.read_text().splitlines()]
+    gold_trees = [parse_tree(line) for line in gold.read_text().splitlines()]
+    assert [p.tagged_words() for p in parses] == [g.tagged_words() for g in gold_trees]
+    assert main([*argv, "--gold-tags", "--no-tree-constraints"]) == 2
+    assert "--no-tree-constraints" in capsys.readouterr().err
+    assert main([*argv, "--gold-tags", "--task", "translation"]) == 2
+    assert "--gold-tags applies to --task parsing only" in capsys.readouterr().err
+    hyp = ["evaluate", "--task", "parsing", "--ref", str(gold), "--hyp", str(output)]
+    assert main([*hyp, "--gold-tags"]) == 2
+    assert "--gold-tags cannot be used with --hyp" in capsys.readouterr().err
 
 
 def test_an_ensemble_parses_and_scores_and_its_members_share_targets(
