@@ -572,14 +572,9 @@ def _parse_input(args: argparse.Namespace, lines: list[str]):
             "--tagged makes the tree-writing search write the given tags; it "
             "cannot be used with --no-tree-constraints."
         )
-    from keras_transformer.parsing.tree import split_tagged
+    from keras_transformer.decoding.parse_evaluation import tagged_sentences
 
-    source = args.input or "<stdin>"
-    pairs = [
-        split_tagged(line, f"{source}:{number}")
-        for number, line in enumerate(lines, start=1)
-    ]
-    return [words for words, _ in pairs], [tags for _, tags in pairs]
+    return tagged_sentences(lines, args.input or "<stdin>")
 
 
 def _average(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from keras_transformer.parsing.evalb import CorpusScore, score_corpus
 from keras_transformer.parsing.linearize import Delinearized, delinearize
-from keras_transformer.parsing.tree import Tree, TreeError, parse_tree
+from keras_transformer.parsing.tree import Tree, TreeError, parse_tree, split_tagged
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +90,18 @@ def parse_sentences(
             output.split(), sentences[index], with_words=with_words
         )
     return parses
+
+
+def tagged_sentences(
+    lines: Sequence[str], source: str
+) -> tuple[list[list[str]], list[list[str]]]:
+    """The words and the tags of tagged lines (``word/TAG``, `split_tagged`);
+    an error names `source` and the line."""
+    pairs = [
+        split_tagged(line, f"{source}:{number}")
+        for number, line in enumerate(lines, start=1)
+    ]
+    return [words for words, _ in pairs], [tags for _, tags in pairs]
 
 
 def trees_text(parses: Sequence[Delinearized | None]) -> str:
