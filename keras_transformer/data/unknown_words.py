@@ -1,9 +1,9 @@
-"""Unknown-word classes of the `words` tokenizer: a rare word is read as its
-shape and suffix, not as one `<unk>` for every word the vocabulary lacks.
+"""Unknown-word classes of the `words` tokenizer: spelling, not one `<unk>`.
 
-On a small treebank a tenth of the test words were never seen in training
-(or too rarely to keep), and with a single `<unk>` the parser had to guess
-their tags from the context alone: it tagged 46% of them right against 96%
+A word the vocabulary lacks is read as its shape and suffix. On a small
+treebank a tenth of the test words were never seen in training (or too
+rarely to keep), and with a single `<unk>` the parser had to guess their
+tags from the context alone: it tagged 46% of them right against 96%
 of the frequent words. Parsers trained on treebanks have long mapped such a
 word to a signature of its spelling instead (the Berkeley parser's unknown-
 word classes, Petrov et al. 2006; Stanford's): capitalised or not, digits,
