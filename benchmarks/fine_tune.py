@@ -17,7 +17,11 @@ peak RSS and BLEU as a table, and LoRA's best gain on the new domain as a
 share of full fine-tuning's.
 
     python benchmarks/fine_tune.py --init-from RUN --out DIR \\
-        [--steps 200 --rank 8 --embedding-rank 32 --lora-rates 3e-4,1e-3 --paper]
+        [--steps 200 --rank 8 --token-rows 0 --embedding-rank 32 --paper]
+
+The defaults are the measured recipe of docs/benchmarks-fine-tuning-rows.md:
+600 updates, rank 4 with 800 rows, LoRA at 1e-2 and 5e-3, full at 2e-3
+and 1e-3.
 """
 
 from __future__ import annotations
@@ -107,28 +111,36 @@ def old_domain_bleu(args: argparse.Namespace, model: str | None) -> float:
 
 
 def contenders(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
-    """(row name, run directory name, train flags) of every fine-tune."""
+    """(row name, run directory name, train flags) of every fine-tune.
+
+    A directory's name holds its whole configuration and the updates, so a
+    second invocation into the same --out with other settings trains anew
+    instead of resuming (or extending) a run made otherwise."""
     lora = ["--lora-rank", str(args.rank)]
-    label = f"LoRA rank {args.rank}"
+    label, slug = f"LoRA rank {args.rank}", f"lora-r{args.rank}"
     if args.embedding_rank is not None:
         lora += ["--lora-embedding-rank", str(args.embedding_rank)]
         label += f", table rank {args.embedding_rank}"
-    if args.token_rows is not None:
+        slug += f"-e{args.embedding_rank}"
+    if args.token_rows:
         lora += ["--lora-token-rows", str(args.token_rows)]
         label += f", {args.token_rows} rows in full"
+        slug += f"-rows{args.token_rows}"
+    updates = f"{args.steps}u"
     runs = [
-        (f"{label}, peak {rate:g}", f"lora-{rate:g}",
+        (f"{label}, peak {rate:g}", f"{slug}-{rate:g}-{updates}",
          [*lora, "--learning-rate", f"{rate:g}"])
         for rate in args.lora_rates
     ] + [
-        (f"full, peak {rate:g}", f"full-{rate:g}", ["--learning-rate", f"{rate:g}"])
+        (f"full, peak {rate:g}", f"full-{rate:g}-{updates}",
+         ["--learning-rate", f"{rate:g}"])
         for rate in args.full_rates
     ]  # fmt: skip
     if args.paper:
         paper = ["--fine-tune-schedule", "paper", *PAPER_FLAGS.split()]
         runs += [
-            (f"{label}, paper's schedule", "lora-paper", [*lora, *paper]),
-            ("full, paper's schedule", "full-paper", paper),
+            (f"{label}, paper's schedule", f"{slug}-paper-{updates}", [*lora, *paper]),
+            ("full, paper's schedule", f"full-paper-{updates}", paper),
         ]
     return runs
 
@@ -191,14 +203,14 @@ def main() -> None:
     parser.add_argument("--old-src", help="old domain's test sources (default: "
                         "the start run's test split)")  # fmt: skip
     parser.add_argument("--old-ref")
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--rank", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--rank", type=int, default=4)
     parser.add_argument("--embedding-rank", type=int,
                         help="the table's rank (--lora-embedding-rank)")  # fmt: skip
-    parser.add_argument("--token-rows", type=int,
-                        help="rows trained in full (--lora-token-rows)")  # fmt: skip
-    parser.add_argument("--lora-rates", type=_rates, default="3e-4,1e-3,3e-3")
-    parser.add_argument("--full-rates", type=_rates, default="3e-5,1e-4,3e-4")
+    parser.add_argument("--token-rows", type=int, default=800,
+                        help="rows in full (--lora-token-rows; 0: none)")  # fmt: skip
+    parser.add_argument("--lora-rates", type=_rates, default="1e-2,5e-3")
+    parser.add_argument("--full-rates", type=_rates, default="2e-3,1e-3")
     parser.add_argument("--paper", action="store_true",
                         help=f"also the paper's schedule ({PAPER_FLAGS})")  # fmt: skip
     parser.add_argument("--train-args", default="", help="more train flags for all")
