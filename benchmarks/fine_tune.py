@@ -113,9 +113,11 @@ def old_domain_bleu(args: argparse.Namespace, model: str | None) -> float:
 def contenders(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     """(row name, run directory name, train flags) of every fine-tune.
 
-    A directory's name holds its whole configuration and the updates, so a
-    second invocation into the same --out with other settings trains anew
-    instead of resuming (or extending) a run made otherwise."""
+    A directory's name holds the LoRA settings, the rate and the updates, so
+    a second invocation into the same --out with other ones trains anew
+    instead of resuming (or extending) a run made otherwise; for another
+    --dataset, --init-from or --train-args, give another --out (`train`
+    refuses a run directory whose identity differs)."""
     lora = ["--lora-rank", str(args.rank)]
     label, slug = f"LoRA rank {args.rank}", f"lora-r{args.rank}"
     if args.embedding_rank is not None:
