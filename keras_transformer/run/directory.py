@@ -384,11 +384,16 @@ class RunDirectory:
         lines = self.dev_bleu_path.read_text(encoding="utf-8").splitlines()
         return [json.loads(line) for line in lines if line.strip()]
 
-    def write_test_scores(self, scores) -> None:
+    def write_test_scores(self, scores, search: dict[str, Any] | None = None) -> None:
         """`test_scores.json` from a dataclass such as `BleuResult`, or from
-        its `to_dict()` when it has one (a parsing result)."""
+        its `to_dict()` when it has one (a parsing result), with the `search`
+        settings that decoded it: the manifest holds the first invocation's
+        flags, and a resumed run may score with another beam or alpha."""
         data = scores.to_dict() if hasattr(scores, "to_dict") else None
-        text = json.dumps(data or dataclasses.asdict(scores), indent=2) + "\n"
+        data = data or dataclasses.asdict(scores)
+        if search is not None:
+            data = {**data, "search": search}
+        text = json.dumps(data, indent=2) + "\n"
         path = self.test_scores_path
         self._write(path, lambda: atomic_write_text(path, text))
 

@@ -633,7 +633,9 @@ def _test_score(job: _Job) -> BleuResult | ParsingResult | None:
         # weights placed across every process.
         with job.plan.local():
             model = job.run.load_model()
-    settings = job.task_search().replace(beam_size=options.beam_size)
+    settings = job.task_search().replace(
+        beam_size=options.beam_size, alpha=options.alpha
+    )
     translator = Translator(
         model,
         job.tokenizer,
@@ -652,6 +654,9 @@ def _test_score(job: _Job) -> BleuResult | ParsingResult | None:
         )
     else:
         test = evaluate_split(translator, test_split, job.run.test_hypotheses_path)
-    log(f"test set ({len(test_split)} sentences, beam {options.beam_size}): {test}")
-    job.run.write_test_scores(test)
+    log(
+        f"test set ({len(test_split)} sentences, beam {options.beam_size}, "
+        f"alpha {options.alpha}): {test}"
+    )
+    job.run.write_test_scores(test, search=settings.to_dict())
     return test

@@ -134,6 +134,12 @@ class TrainOptions:
         f"{SearchSettings().beam_size}; parsing {task_search('parsing').beam_size})",
         minimum=1,
     )
+    alpha: float | None = setting(
+        None,
+        f"length penalty exponent of the final test score (none: the task's, "
+        f"{SearchSettings().alpha}; parsing {task_search('parsing').alpha})",
+        minimum=0.0,
+    )
     distribute: str = setting(
         "auto", "data-parallel training (docs/distributed.md)", choices=DISTRIBUTE_MODES
     )
@@ -360,13 +366,15 @@ def _check_fine_tune(options: TrainOptions) -> None:
 
 
 def _fill_task_defaults(options: TrainOptions) -> None:
-    """The tokenizer and final beam the task decides when none is given."""
+    """The tokenizer and final search the task decides when none is given."""
     if options.task not in TASKS:
         return  # Refused with the list of tasks by its own setting check.
     if options.tokenizer is None:
         options.tokenizer = task_tokenizer(options.task)
     if options.beam_size is None:
         options.beam_size = task_search(options.task).beam_size
+    if options.alpha is None:
+        options.alpha = task_search(options.task).alpha
 
 
 def _check_task(options: TrainOptions) -> None:

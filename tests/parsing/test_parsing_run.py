@@ -21,6 +21,7 @@ import pytest
 from keras_transformer.cli import main
 from keras_transformer.data.tokenizer import load_tokenizer
 from keras_transformer.parsing.tree import parse_tree
+from keras_transformer.training import job as job_module
 from tests.helpers import TRAINING_MODEL
 
 pytestmark = pytest.mark.backend_neutral
@@ -70,8 +71,14 @@ def parsing_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("parsing")
     _write_treebank(root / "train.mrg", 150, seed=1)
     _write_treebank(root / "dev.mrg", 8, seed=2)
+    assert main(_train_argv(root)) == 0
+    return root
+
+
+def _train_argv(root) -> list[str]:
+    """The fixture's `train`: 4 updates, a final test score of beam 2, alpha 1.5."""
     overrides = [f"--set={key}={value}" for key, value in TRAINING_MODEL.items()]
-    argv = [
+    return [
         "train", "--task", "parsing", "--run-dir", str(root / "run"),
         "--train-trees", str(root / "train.mrg"),
         "--valid-trees", str(root / "dev.mrg"),
@@ -79,10 +86,8 @@ def parsing_run(tmp_path_factory):
         *overrides, "--vocab-size", "100", "--tokens-per-batch", "1024",
         "--max-length", "64", "--max-steps", "4", "--eval-every", "2",
         "--dev-subset", "4", "--checkpoint-every", "0", "--beam-size", "2",
-        "--verbose", "0",
+        "--alpha", "1.5", "--verbose", "0",
     ]  # fmt: skip
-    assert main(argv) == 0
-    return root
 
 
 def test_a_parsing_run_scores_its_test_trees_and_dev_f1(parsing_run):
@@ -156,6 +161,31 @@ def test_evaluate_parsing_parses_the_gold_words_and_prints_f1(parsing_run, capsy
     assert "repaired parses: 0 of 8" in out
     assert main([*argv, "--task", "translation", "--no-tree-constraints"]) == 2
     assert "applies to --task parsing only" in capsys.readouterr().err
+
+
+def test_the_final_test_score_decodes_with_the_runs_beam_and_alpha(
+    parsing_run, tmp_path, monkeypatch
+):
+    # Its test trees are those evaluate writes with the same search.
+    run = parsing_run / "run"
+    output = tmp_path / "alpha.mrg"
+    assert main(["evaluate", "--task", "parsing", "--run-dir", str(run),
+                 "--ref", str(parsing_run / "dev.mrg"), "--beam-size", "2",
+                 "--alpha", "1.5", "--output", str(output)]) == 0  # fmt: skip
+    assert (run / "test.hyp.txt").read_text() == output.read_text()
+    # The same run again only scores again: its search is the flags' own.
+    searches = []
+    original = job_module.Translator
+
+    def recording(model, tokenizer, settings, **kwargs):
+        searches.append((settings.beam_size, settings.alpha))
+        return original(model, tokenizer, settings, **kwargs)
+
+    monkeypatch.setattr(job_module, "Translator", recording)
+    assert main(_train_argv(parsing_run)) == 0
+    assert searches == [(2, 1.5)]
+    scores = json.loads((run / "test_scores.json").read_text(encoding="utf-8"))
+    assert (scores["search"]["beam_size"], scores["search"]["alpha"]) == (2, 1.5)
 
 
 def test_evaluate_parsing_with_gold_tags_keeps_the_treebanks_tags(

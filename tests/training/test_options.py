@@ -49,19 +49,25 @@ def test_translation_is_the_default_task_with_its_tokenizer_and_beam():
     options = TrainOptions()
     assert options.task == "translation"
     assert options.tokenizer == "sentencepiece"
-    assert options.beam_size == 4
+    assert (options.beam_size, options.alpha) == (4, 0.6)
 
 
-def test_parsing_fills_the_word_tokenizer_and_the_papers_beam_of_21():
+def test_parsing_fills_the_word_tokenizer_and_the_papers_search():
     options = TrainOptions(task="parsing", data=_treebank())
     assert options.tokenizer == "words"
-    assert options.beam_size == 21
+    assert (options.beam_size, options.alpha) == (21, 0.3)
 
 
 @pytest.mark.parametrize("task", ["translation", "parsing"])
-def test_an_explicit_beam_size_is_kept(task):
+def test_an_explicit_final_search_is_kept(task):
     data = _treebank() if task == "parsing" else TrainOptions().data
-    assert TrainOptions(task=task, data=data, beam_size=2).beam_size == 2
+    options = TrainOptions(task=task, data=data, beam_size=2, alpha=1.5)
+    assert (options.beam_size, options.alpha) == (2, 1.5)
+
+
+def test_a_negative_alpha_is_refused_naming_it():
+    with pytest.raises(ValueError, match="alpha"):
+        TrainOptions(alpha=-0.5)
 
 
 def test_an_explicit_tokenizer_is_kept_for_translation():
