@@ -5,9 +5,11 @@
 `decode_step`, `decode`, `attention_weights`, `config`, `variables`), so
 `SequenceGenerator`, `Translator` and `ConstrainedGenerator` take it as they
 take a model. At each step it gives the mean over its models of their
-log-probabilities, as fairseq, Marian and OpenNMT ensembles do; the search
-then takes the log_softmax of that, which renormalises the geometric mean of
-the models' distributions.
+log-probabilities, as Marian and OpenNMT ensembles do (fairseq averages the
+probabilities instead, the log of their arithmetic mean: on the parsing
+recipe's two runs that parsed no differently, docs/decoding-options.md); the
+search then takes the log_softmax of that, which renormalises the geometric
+mean of the models' distributions.
 
 The models must share the vocabularies (and so the tokenizer); their depth,
 width and heads may differ. `open_ensemble` loads the members named on the
