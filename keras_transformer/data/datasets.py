@@ -123,6 +123,15 @@ class DatasetSpec:
         return self.linearization == "tags+words"
 
     @property
+    def target_vocabulary(self) -> bool:
+        """A treebank whose targets are tree symbols only (tags or XX, and
+        brackets): its tokenizer puts them first, as a target vocabulary of
+        their own (`tokenizer.WordTokenizer`), and the model's output layer
+        spans them alone (about a hundred rows instead of the vocabulary's
+        thousands: most of a small parsing model's training step)."""
+        return self.name == "treebank" and not self.with_words
+
+    @property
     def tag_token(self) -> str | None:
         """The token every tag is written as (`--linearization xx`), or None."""
         return XX_TAG if self.linearization == "xx" else None
@@ -284,6 +293,8 @@ def _treebank(spec: DatasetSpec) -> dict[str, SplitSource]:
         }
         if copies:  # Stores from before it keep their identity.
             identity["subtree_substitution"] = copies
+        if spec.target_vocabulary:  # A new tokenizer: a new store.
+            identity["target_vocabulary"] = True
         splits[name] = SplitSource(f"{path} (trees)", blocks, files, identity)
     return splits
 

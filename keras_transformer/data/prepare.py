@@ -432,6 +432,7 @@ def _store_tokenizer(tokenizer_dir: Path, train: SplitSource, options, log):
             sample_size=options.tokenizer_sample,
             seed=options.seed,
             log=log,
+            target_vocabulary=train.identity.get("target_vocabulary", False),
         )
         tokenizer.save(tokenizer_dir)
         return tokenizer

@@ -65,6 +65,7 @@ text matters.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import io
 import json
@@ -361,14 +362,23 @@ class _VocabularyFileTokenizer(SubwordTokenizer):
             Path(directory),
             {self.vocab_file: text.encode("utf-8")},
             vocab_file=self.vocab_file,
+            **self._settings(),
         )
+
+    def _settings(self) -> dict:
+        """What `tokenizer.json` records beside the vocabulary."""
+        return {}
 
     @classmethod
     def load(cls, directory: Path) -> _VocabularyFileTokenizer:
+        return cls(cls._read_vocabulary(directory))
+
+    @classmethod
+    def _read_vocabulary(cls, directory: Path) -> list[str]:
         path = directory / cls.vocab_file
         if not path.is_file():
             raise ValueError(f"{path} is missing. " + _RETRAIN)
-        return cls(path.read_text(encoding="utf-8").splitlines())
+        return path.read_text(encoding="utf-8").splitlines()
 
 
 class WordPieceTokenizer(_VocabularyFileTokenizer):
@@ -437,12 +447,20 @@ class WordPieceTokenizer(_VocabularyFileTokenizer):
 
 
 class WordTokenizer(_VocabularyFileTokenizer):
-    """One id per space-separated word; `<unk>` for a word not in the vocabulary."""
+    """One id per space-separated word; `<unk>` for a word not in the vocabulary.
+
+    With `target_size` K (a parsing vocabulary: `train(target_words=...)`),
+    the first K entries are every symbol a target holds (reserved ids, tree
+    brackets, tags) and only those: targets are encoded within them (a
+    symbol past them, never seen in a training target, is `<unk>`), so a
+    model's output layer needs K rows, not the whole vocabulary's
+    (`TransformerConfig.target_vocab_size`).
+    """
 
     kind = "words"
     vocab_file = "words_vocab.txt"
 
-    def __init__(self, vocabulary: list[str]):
+    def __init__(self, vocabulary: list[str], target_size: int | None = None):
         if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
             raise ValueError(
                 f"A word vocabulary must start with {list(RESERVED_TOKENS)}. "
@@ -456,28 +474,88 @@ class WordTokenizer(_VocabularyFileTokenizer):
                 )
         if len(set(vocabulary)) != len(vocabulary):
             raise ValueError("A word vocabulary must not repeat an entry.")
+        if target_size is not None and not (
+            len(RESERVED_TOKENS) < target_size <= len(vocabulary)
+        ):
+            raise ValueError(
+                f"target_size must be in ({len(RESERVED_TOKENS)}, "
+                f"{len(vocabulary)}] (the vocabulary's size). Received: {target_size}"
+            )
         self.vocabulary = list(vocabulary)
+        self.target_size = target_size
         self._ids = {word: index for index, word in enumerate(self.vocabulary)}
         # A vocabulary learned with classes holds them; one without (learned
         # before they existed) reads every unknown word as <unk>, as it did.
         self.has_unknown_classes = any(map(is_class_token, self.vocabulary))
 
     @classmethod
-    def train(cls, texts: Sequence[str], vocab_size: int) -> WordTokenizer:
-        if vocab_size <= len(RESERVED_TOKENS):
+    def train(
+        cls,
+        texts: Sequence[str],
+        vocab_size: int,
+        target_words: Sequence[str] | None = None,
+    ) -> WordTokenizer:
+        """The `vocab_size` words of `texts` most frequent (and the unknown-
+        word classes); with `target_words` (every symbol of the training
+        targets, most frequent first), those first, as the target vocabulary."""
+        targets = [
+            w for w in dict.fromkeys(target_words or ()) if w not in RESERVED_TOKENS
+        ]
+        room = vocab_size - len(RESERVED_TOKENS) - len(targets)
+        if room < 1:
+            held = f" and the targets' {len(targets)} symbols" if targets else ""
             raise ValueError(
                 f"vocab_size must exceed the {len(RESERVED_TOKENS)} reserved "
-                f"tokens to hold a word. Received: vocab_size={vocab_size}"
+                f"tokens{held} to hold a word. Received: vocab_size={vocab_size}"
             )
         counts: dict[str, int] = {}
         for text in texts:
             for word in text.split():
                 counts[word] = counts.get(word, 0) + 1
-        for reserved in RESERVED_TOKENS:
-            counts.pop(reserved, None)
+        for known in (*RESERVED_TOKENS, *targets):
+            counts.pop(known, None)
         # Stable sorts keep first appearance among equal counts.
-        kept = words_and_classes(counts, vocab_size - len(RESERVED_TOKENS))
-        return cls([*RESERVED_TOKENS, *kept])
+        kept = words_and_classes(counts, room)
+        if target_words is None:
+            return cls([*RESERVED_TOKENS, *kept])
+        return cls(
+            [*RESERVED_TOKENS, *targets, *kept], len(RESERVED_TOKENS) + len(targets)
+        )
+
+    @property
+    def target_vocabulary(self) -> list[str]:
+        """The entries a target may hold, by id: the first `target_size`
+        (all of them without one)."""
+        return self.vocabulary[: self.target_size or len(self.vocabulary)]
+
+    def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
+        encoded = self.encode(texts)
+        if self.target_size is None:
+            return encoded
+        size, unk = self.target_size, self.unk_id
+        return [[i if i < size else unk for i in row] for row in encoded]
+
+    def _settings(self) -> dict:
+        return {} if self.target_size is None else {"target_size": self.target_size}
+
+    @classmethod
+    def load(cls, directory: Path) -> WordTokenizer:
+        vocabulary = cls._read_vocabulary(directory)
+        meta_path = directory / TOKENIZER_META_FILE
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        target_size = meta.get("target_size")
+        reserved = len(RESERVED_TOKENS)
+        if target_size is not None and (
+            isinstance(target_size, bool)
+            or not isinstance(target_size, int)
+            or not reserved < target_size <= len(vocabulary)
+        ):
+            raise ValueError(
+                f"{meta_path}: target_size must be a whole number in "
+                f"({reserved}, {len(vocabulary)}] (the vocabulary's size). "
+                f"Received: {target_size!r}. " + _RETRAIN
+            )
+        return cls(vocabulary, target_size)
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         ids, unk = self._ids, self.unk_id
@@ -657,6 +735,7 @@ def train_tokenizer(
     normalization: str = "identity",
     byte_fallback: bool = True,
     origin: str | None = None,
+    target_words: Sequence[str] | None = None,
 ) -> SubwordTokenizer:
     """Learn a joint vocabulary from `texts` (source and target together).
 
@@ -677,6 +756,9 @@ def train_tokenizer(
             distinct characters.
         origin: Where `texts` come from (e.g. `ParallelCorpus.origin`), named
             in the error for an empty training text.
+        target_words: `words` only: every symbol of the training targets,
+            most frequent first, to be the vocabulary's first entries and
+            its target vocabulary (`WordTokenizer`).
 
     Raises:
         DataError: If every text is blank (naming `origin`).
@@ -691,6 +773,13 @@ def train_tokenizer(
             f"Received: kind={kind!r}{given if kind == 'marian' else ''}"
         )
     options = _sentencepiece_options(kind, normalization, byte_fallback)
+    if target_words is not None:
+        if kind != "words":
+            raise ValueError(
+                "A target vocabulary of its own (target_words) is the words "
+                f"tokenizer's. Received: kind={kind!r}"
+            )
+        options["target_words"] = target_words
     texts = list(texts)
     if not all(map(str.strip, texts)):  # One pass in C finds no blank text.
         texts = [t for t in texts if t.strip()]
@@ -797,14 +886,23 @@ def learn_tokenizer(
     sample_size: int,
     seed: int,
     log: Callable[[str], None] = console.log,
+    target_vocabulary: bool = False,
 ):
     """Read every block of a training split (and so check it) for a seeded
     sample of at most `sample_size` sentences, and learn the joint tokenizer
-    from it: `prepare`'s first pass, and `train` on text without a store."""
+    from it: `prepare`'s first pass, and `train` on text without a store.
+
+    With `target_vocabulary` (a treebank's targets: a closed set of tree
+    symbols), every symbol of every training target, counted on the whole
+    split, comes first in the vocabulary as its target vocabulary."""
     sample = SentenceSample(sample_size, seed)
     progress = console.Progress(log, f"{origin} (checked, sampled)")
+    target_counts: collections.Counter[str] = collections.Counter()
     for block in blocks:
         sample.add(block.source, block.target)
+        if target_vocabulary:
+            for text in block.target:
+                target_counts.update(text.split())
         progress.add(len(block.source))
     started = time.monotonic()
     tokenizer = train_tokenizer(
@@ -814,9 +912,14 @@ def learn_tokenizer(
         sample_size=sample_size,
         seed=seed,
         origin=origin,
+        target_words=[w for w, _ in target_counts.most_common()]
+        if target_vocabulary
+        else None,
     )
+    targets = getattr(tokenizer, "target_size", None)
     log(
-        f"learned a joint {kind} vocabulary of {tokenizer.vocab_size} "
-        f"in {time.monotonic() - started:.1f}s"
+        f"learned a joint {kind} vocabulary of {tokenizer.vocab_size}"
+        + (f" (the first {targets} the targets')" if targets else "")
+        + f" in {time.monotonic() - started:.1f}s"
     )
     return tokenizer

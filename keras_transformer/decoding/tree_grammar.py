@@ -57,7 +57,7 @@ class TreeGrammar:
 
     Args:
         vocabulary: the target tokens by id (a `words` tokenizer's
-            `vocabulary`; the first four are the reserved ones).
+            `target_vocabulary`; the first four are the reserved ones).
         with_words: the targets hold each tag's word after it
             (``--linearization tags+words``).
         max_depth: D, the deepest nesting of phrases allowed.
@@ -99,7 +99,7 @@ class TreeGrammar:
     @classmethod
     def for_tokenizer(cls, tokenizer, *, with_words: bool = False) -> TreeGrammar:
         """The grammar of a parsing run's tokenizer (the `words` kind)."""
-        vocabulary = getattr(tokenizer, "vocabulary", None)
+        vocabulary = getattr(tokenizer, "target_vocabulary", None)
         if getattr(tokenizer, "kind", None) != "words" or vocabulary is None:
             raise ValueError(
                 "Tree constraints need the parsing task's word-level tokenizer "

@@ -66,6 +66,7 @@ def prepare_tokenizer(options: TrainOptions, splits: dict[str, Any]):
         sample_size=sample.tokenizer_sample,
         seed=sample.seed,
         log=log,
+        target_vocabulary=options.data.target_vocabulary,
     )
 
 

@@ -37,10 +37,18 @@ from keras_transformer.training.options import (
 def model_config(options: TrainOptions, tokenizer) -> TransformerConfig:
     """The preset with the overrides and the tokenizer's vocabulary size
     (`TrainOptions` refuses an override of it: the tokenizer owns it), and
-    with `--word-pointer` the vocabulary's bracket ids."""
+    with `--word-pointer` the vocabulary's bracket ids.
+
+    A tokenizer with a target vocabulary of its own (a treebank's tree
+    symbols, `WordTokenizer.target_size`) gives the decoder its own
+    embedding table of that size, tied to the output layer: the logits
+    span the symbols a target can hold."""
     fields = {**options.overrides, "vocab_size": tokenizer.vocab_size}
+    target_size = getattr(tokenizer, "target_size", None)
+    if target_size is not None:
+        fields.update(share_embeddings=False, target_vocab_size=target_size)
     if options.word_pointer:
-        fields["pointer_bracket_ids"] = pointer_bracket_ids(tokenizer.vocabulary)
+        fields["pointer_bracket_ids"] = pointer_bracket_ids(tokenizer.target_vocabulary)
     return TransformerConfig.preset(options.preset, **fields)
 
 

@@ -394,6 +394,13 @@ def _check_task(options: TrainOptions) -> None:
             "word and per tree symbol; subword pieces would split the "
             f"brackets). Received: --tokenizer {options.tokenizer}."
         )
+    if options.data.target_vocabulary and options.overrides.get("share_embeddings"):
+        raise ValueError(
+            "--set share_embeddings=true: a treebank's targets (tree symbols "
+            f"only, --linearization {options.data.linearization}) have a "
+            "vocabulary of their own, and the decoder an embedding table of "
+            "their size (training/model_setup.py); drop the --set."
+        )
     if options.word_pointer:
         _check_word_pointer(options)
 

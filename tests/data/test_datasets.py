@@ -104,6 +104,27 @@ def test_subtree_substitution_adds_training_pairs_after_the_treebanks(tmp_path):
     assert "subtree_substitution" not in plain.identity  # Old stores keep theirs.
 
 
+@pytest.mark.parametrize(
+    "linearization, own", [("tags", True), ("xx", True), ("tags+words", False)]
+)
+def test_tree_symbol_targets_get_a_vocabulary_of_their_own(
+    tmp_path, linearization, own
+):
+    # A new tokenizer (the targets' symbols first) makes a new store: the
+    # identity says so, where the targets are tree symbols only.
+    from keras_transformer.data.datasets import dataset_sources
+
+    trees = tmp_path / "trees.mrg"
+    trees.write_text("( (S (NP (NN a)) (VP (VBD b))) )\n", encoding="utf-8")
+    spec = DatasetSpec(
+        name="treebank", files={"train": (str(trees),)}, linearization=linearization
+    )
+    assert spec.target_vocabulary is own
+    identity = dataset_sources(spec)["train"].identity
+    assert identity.get("target_vocabulary", False) is own
+    assert DatasetSpec(name="files").target_vocabulary is False
+
+
 @pytest.mark.parametrize("copies", [-1, 1.5, True])
 def test_subtree_substitution_must_be_a_count(copies):
     with pytest.raises(DataError, match="--subtree-substitution must be a whole"):

@@ -220,6 +220,31 @@ def test_a_small_corpus_is_learned_whole_in_its_order_as_before(store, corpus):
     assert in_memory.model_proto == before.model_proto
 
 
+def test_a_treebank_store_and_train_in_memory_learn_the_targets_own_vocabulary(
+    tmp_path,
+):
+    trees = tmp_path / "trees.mrg"
+    trees.write_text(
+        "( (S (NP (DT the) (NN dog)) (VP (VBD saw) (NP (NNP Anna))) (. .)) )\n"
+        "( (S (NP (NNP Anna)) (VP (VBD left)) (. .)) )\n",
+        encoding="utf-8",
+    )
+    data = DatasetSpec(name="treebank", files={"train": (str(trees),)})
+    options = PrepareOptions(
+        out=str(tmp_path / "store"), data=data, tokenizer="words", vocab_size=40
+    )
+    stored = prepare_store(options, log=lambda line: None).tokenizer()
+    train = TrainOptions(task="parsing", data=data, vocab_size=40)
+    in_memory = training.prepare_tokenizer(train, training.load_splits(train))
+    # The targets' symbols first (the most frequent first), then the words.
+    assert stored.target_vocabulary[4:] == [
+        "(NP", ")NP", "(S", "(VP", "VBD", "NNP", ")VP", ".", ")S", "DT", "NN"
+    ]  # fmt: skip
+    assert stored.target_size == 15 and "dog" in stored.vocabulary[15:]
+    assert in_memory.vocabulary == stored.vocabulary
+    assert in_memory.target_size == stored.target_size
+
+
 def test_prepare_samples_at_most_tokenizer_sample_sentences(
     corpus, tmp_path, monkeypatch
 ):

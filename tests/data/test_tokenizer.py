@@ -11,7 +11,7 @@ import pytest
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data import tokenizer as tokenizer_module
-from keras_transformer.data.text_files import DataError
+from keras_transformer.data.text_files import DataError, PairBlock
 from keras_transformer.data.tokenizer import (
     LEARNED_KINDS,
     NORMALIZATIONS,
@@ -20,6 +20,7 @@ from keras_transformer.data.tokenizer import (
     SentencePieceTokenizer,
     SentenceSample,
     WordPieceTokenizer,
+    learn_tokenizer,
     load_tokenizer,
     train_tokenizer,
 )
@@ -635,6 +636,82 @@ def test_words_tokenizer_reads_reserved_tokens_in_text_as_unknown_words():
     assert tokenizer.encode(["a </s> <pad> b"]) == [
         [tokenizer.encode(["a"])[0][0], 1, 1, tokenizer.encode(["b"])[0][0]]
     ]
+
+
+# A treebank's pairs: words, and the tree symbols of the linearized trees.
+TREE_PAIRS = (
+    ["the dog saw a cat", "Anna left", "a cat saw the dog"],
+    ["(S (NP DT NN )NP (VP VBD (NP DT NN )NP )VP )S", "(S (NP NNP )NP (VP VBD )VP )S",
+     "(S (NP DT NN )NP (VP VBD (NP DT NN )NP )VP )S"],
+)  # fmt: skip
+
+
+def _tree_tokenizer(vocab_size: int = 40):
+    blocks = [PairBlock(1, list(TREE_PAIRS[0]), list(TREE_PAIRS[1]))]
+    return learn_tokenizer(
+        blocks, "trees", kind="words", vocab_size=vocab_size, sample_size=100,
+        seed=0, log=lambda line: None, target_vocabulary=True,
+    )  # fmt: skip
+
+
+def test_words_target_vocabulary_holds_the_targets_symbols_first():
+    tok = _tree_tokenizer()
+    # Every target symbol, the most frequent first (ties: first seen), then
+    # the words; the symbols are counted in the targets only.
+    symbols = ["(NP", ")NP", "DT", "NN", "(S", "(VP", "VBD", ")VP", ")S", "NNP"]
+    assert tok.target_vocabulary == [*RESERVED_TOKENS, *symbols]
+    assert tok.target_size == 14
+    assert tok.vocabulary[:14] == tok.target_vocabulary
+    assert set(tok.vocabulary[14:]) >= {"the", "dog", "Anna", "cat"}
+    assert not set(tok.vocabulary[14:]) & set(symbols)  # Each symbol once.
+
+
+def test_words_target_vocabulary_encodes_targets_within_it():
+    tok = _tree_tokenizer()
+    # A source reads any word; a target reads its symbols, and anything else
+    # (a tag never seen in a training target, a word) as <unk>.
+    assert tok.encode(["the (NP dog"])[0][1] == tok.vocabulary.index("(NP")
+    target = tok.encode_target(["(S (NP NNS )NP dog )S"])[0]
+    assert target == [8, 4, UNK_ID, 5, UNK_ID, 12]
+    assert max(tok.encode(["the dog"])[0]) >= tok.target_size
+    # Without a target vocabulary, targets are encoded as sources.
+    plain = train_tokenizer([*TREE_PAIRS[0], *TREE_PAIRS[1]], 40, kind="words")
+    assert plain.target_size is None and plain.target_vocabulary == plain.vocabulary
+    assert plain.encode_target(["the dog"]) == plain.encode(["the dog"])
+
+
+def test_words_target_vocabulary_saves_and_loads(tmp_path):
+    tok = _tree_tokenizer()
+    tok.save(tmp_path)
+    meta = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    assert meta["target_size"] == 14
+    loaded = load_tokenizer(tmp_path)
+    assert loaded.target_size == 14 and loaded.vocabulary == tok.vocabulary
+    assert loaded.encode_target(["(S dog )S"]) == tok.encode_target(["(S dog )S"])
+    # A tokenizer saved before (no target_size) loads without one.
+    train_tokenizer(["a b"], 10, kind="words").save(tmp_path / "old")
+    assert load_tokenizer(tmp_path / "old").target_size is None
+
+
+@pytest.mark.parametrize("value", [4, 99, "14", True, 2.0])
+def test_words_load_refuses_a_bad_target_size_naming_the_file(tmp_path, value):
+    _tree_tokenizer().save(tmp_path)
+    path = tmp_path / "tokenizer.json"
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**meta, "target_size": value}), encoding="utf-8")
+    with pytest.raises(ValueError, match="tokenizer.json: target_size must be"):
+        load_tokenizer(tmp_path)
+
+
+def test_words_target_vocabulary_needs_room_for_a_word():
+    with pytest.raises(ValueError, match="reserved tokens and the targets' 10 symbols"):
+        _tree_tokenizer(vocab_size=14)
+    assert _tree_tokenizer(vocab_size=15).vocab_size == 15
+
+
+def test_a_target_vocabulary_of_its_own_is_the_words_tokenizers():
+    with pytest.raises(ValueError, match="target_words.*kind='wordpiece'"):
+        train_tokenizer(["a b"], 10, kind="wordpiece", target_words=["a"])
 
 
 def test_sample_is_seeded_uniform_and_bounded():

@@ -20,6 +20,8 @@ import pytest
 
 from keras_transformer.cli import main
 from keras_transformer.data.tokenizer import load_tokenizer
+from keras_transformer.data.treebank import read_treebank
+from keras_transformer.parsing.linearize import linearize
 from keras_transformer.parsing.tree import parse_tree
 from keras_transformer.training import job as job_module
 from tests.helpers import TRAINING_MODEL
@@ -275,6 +277,10 @@ def test_a_run_with_words_in_its_targets_parses_with_them(tmp_path, capsys):
     manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["identity"]["data"]["linearization"] == "tags+words"
     assert manifest["identity"]["data"]["subtree_substitution"] == 2
+    # Words in the targets: one joint vocabulary, shared, as the paper's.
+    assert load_tokenizer(run / "tokenizer").target_size is None
+    config = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    assert config["share_embeddings"] is True and config["target_vocab_size"] is None
     source = tmp_path / "in.txt"
     source.write_text("Anna saw the dog .\n", encoding="utf-8")
     capsys.readouterr()
@@ -305,10 +311,20 @@ def test_a_word_pointer_run_trains_parses_and_scores(tmp_path, capsys, lineariza
     manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     assert "subtree_substitution" not in manifest["identity"]["data"]  # As before.
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
-    tokens = load_tokenizer(run / "tokenizer").vocabulary
+    tokenizer = load_tokenizer(run / "tokenizer")
+    tokens = tokenizer.vocabulary
     skipped = {tokens[i] for i in config["pointer_bracket_ids"]}
     assert "(NP" in skipped and ")S" in skipped and "NN" not in skipped
     assert ("NN" in tokens) == (linearization == "tags")  # xx: only XX and "."
+    # The targets' own vocabulary: every symbol of the training targets,
+    # first, and the output layer over those alone.
+    tag = "XX" if linearization == "xx" else None
+    trees = read_treebank(tmp_path / "train.mrg")
+    symbols = {token for tree in trees for token in linearize(tree.tree, tag=tag)}
+    assert set(tokenizer.target_vocabulary[4:]) == symbols
+    assert config["target_vocab_size"] == tokenizer.target_size == 4 + len(symbols)
+    assert config["share_embeddings"] is False
+    assert max(config["pointer_bracket_ids"]) < tokenizer.target_size
     scores = json.loads((run / "test_scores.json").read_text(encoding="utf-8"))
     assert scores["parsed"] == 6 and scores["repaired"] == 0
     source = tmp_path / "in.txt"

@@ -94,6 +94,29 @@ def test_parsing_with_a_subword_tokenizer_is_refused_naming_words(tokenizer):
     assert "--tokenizer words" in message and f"--tokenizer {tokenizer}" in message
 
 
+@pytest.mark.parametrize("linearization", ["tags", "xx"])
+def test_shared_embeddings_for_tree_symbol_targets_are_refused(linearization):
+    # The targets' own vocabulary is smaller than the words': the decoder's
+    # table cannot be the encoder's (training/model_setup.py).
+    from keras_transformer.data.datasets import DatasetSpec
+
+    data = DatasetSpec(
+        name="treebank", files={"train": ("x",)}, linearization=linearization
+    )
+    with pytest.raises(ValueError) as info:
+        TrainOptions(task="parsing", data=data, overrides={"share_embeddings": True})
+    message = str(info.value)
+    assert "--set share_embeddings=true" in message
+    assert f"--linearization {linearization}" in message
+    words = DatasetSpec(
+        name="treebank", files={"train": ("x",)}, linearization="tags+words"
+    )
+    shared = TrainOptions(
+        task="parsing", data=words, overrides={"share_embeddings": True}
+    )
+    assert shared.overrides == {"share_embeddings": True}  # One joint vocabulary.
+
+
 def test_an_unknown_task_is_refused_listing_the_tasks():
     with pytest.raises(ValueError) as info:
         TrainOptions(task="tagging")
