@@ -116,10 +116,14 @@ for seed in $SEEDS; do
   members+=("$member")
 done
 if [ ${#members[@]} -gt 1 ]; then
-  # The ensemble's trees go beside the first run's own (test.hyp.txt).
+  # The ensemble's trees go beside the first run's own (test.hyp.txt), and
+  # it searches as the runs' own scores did (a --beam-size given to train,
+  # or the task's 21: test_scores.json's search).
+  beam=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["search"]["beam_size"])' "$run_dir/test_scores.json")
   "$PYTHON" -m keras_transformer evaluate --task parsing --run-dir "$run_dir" \
     --ensemble "${members[@]:1}" --ref "$split/dev" --alpha "$ALPHA" \
-    --output "$run_dir/ensemble.hyp.txt" | tee "$run_dir/ensemble_scores.txt"
+    --beam-size "$beam" --output "$run_dir/ensemble.hyp.txt" \
+    | tee "$run_dir/ensemble_scores.txt"
   echo "dev (wsj_0160-0179): the ${#members[@]} runs as an ensemble, above;" \
     "$(((SECONDS - start) / 60)) min in all"
 fi
