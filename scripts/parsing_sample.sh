@@ -6,8 +6,9 @@
 # default 1.5; the paper's 0.3), and print it.
 # Usage: bash scripts/parsing_sample.sh TREEBANK RUN_DIR [extra train flags]
 # It trains one run per seed in SEEDS (default "0 1 2": RUN_DIR, then
-# RUN_DIR-seed1 and RUN_DIR-seed2), each scored alone, and scores them as an ensemble (the
-# mean of their log-probabilities at each step) when there are several.
+# RUN_DIR-seed1 and RUN_DIR-seed2), each scored alone, and scores them as
+# an ensemble (the mean of their log-probabilities at each step) when there
+# are several.
 #   TREEBANK: the sample's .tar.gz or a directory holding wsj_NNNN.mrg files
 #   (e.g. ../shared/data/ptb-sample/wsj_0001-0179.mrg.tar.gz).
 # Step-bounded (STEPS per run, default below) to end within 60 minutes on a
@@ -119,7 +120,8 @@ if [ ${#members[@]} -gt 1 ]; then
   # The ensemble's trees go beside the first run's own (test.hyp.txt), and
   # it searches as the runs' own scores did (a --beam-size given to train,
   # or the task's 21: test_scores.json's search).
-  beam=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["search"]["beam_size"])' "$run_dir/test_scores.json")
+  beam=$("$PYTHON" -c 'import json, sys
+print(json.load(open(sys.argv[1]))["search"]["beam_size"])' "$run_dir/test_scores.json")
   "$PYTHON" -m keras_transformer evaluate --task parsing --run-dir "$run_dir" \
     --ensemble "${members[@]:1}" --ref "$split/dev" --alpha "$ALPHA" \
     --beam-size "$beam" --output "$run_dir/ensemble.hyp.txt" \
