@@ -28,7 +28,10 @@ the N rows (B sentences times k beams: the key/value caches), reordered as
 hypotheses move between beams, in place (the step function returns arrays
 the search may write to); `context` is a list of arrays whose leading
 axis is the B sentences (the source and its cross-attention keys/values).
-Both lose the rows of a sentence that is done.
+Both lose the rows of a sentence that is done: the state in place too, its
+kept rows moved to the front and views of those rows passed on, so a step
+function's arrays stay its own (the ONNX translator's caches have room for
+later positions past the views' ends).
 
 Legend: B sentences, k beam size, N = B * k rows, L maximum output length,
 V vocabulary.
@@ -99,6 +102,8 @@ def _probabilities(logits, suppressed_ids: Sequence[int]) -> np.ndarray:
 
 
 def _rows(arrays: list[np.ndarray], index: np.ndarray) -> list[np.ndarray]:
+    if index.dtype == bool and index.all():  # Greedy's every step, mostly.
+        return arrays
     return [array[index] for array in arrays]
 
 
@@ -114,6 +119,19 @@ def _move_rows(arrays: list[np.ndarray], rows: np.ndarray) -> list[np.ndarray]:
     for array in arrays:
         array[moved] = array[sources]  # The right side is gathered first.
     return arrays
+
+
+def _keep_rows(arrays: list[np.ndarray], kept: np.ndarray) -> list[np.ndarray]:
+    """`_rows(arrays, kept)` for sorted row indices or a row mask, in place:
+    the kept rows move to the front of each array, and the result is views
+    of them."""
+    if kept.dtype == bool:
+        kept = np.flatnonzero(kept)
+    if len(kept) == len(arrays[0]):  # Sorted and all there: nothing moves.
+        return arrays
+    for array in arrays:
+        array[: len(kept)] = array[kept]  # The right side is gathered first.
+    return [array[: len(kept)] for array in arrays]
 
 
 def greedy_search(
@@ -143,7 +161,7 @@ def greedy_search(
         scores[live] += log_probs[np.arange(len(live)), best]
         going = (best != eos_id) & (step + 1 < limits[live])
         live, tokens = live[going], best[going][:, None]
-        state, context = _rows(state, going), _rows(context, going)
+        state, context = _keep_rows(state, going), _rows(context, going)
         step += 1
     return outputs[:, None], scores[:, None]
 
@@ -274,7 +292,7 @@ def beam_search(
             sequences[live[done]], scores[live[done]] = _done(beams, done)
             beams.keep(going)
             kept = _beam_rows(np.flatnonzero(going), k)
-            state, tokens = _rows(state, kept), tokens[kept]
+            state, tokens = _keep_rows(state, kept), tokens[kept]
             live, context = live[going], _rows(context, going)
     return sequences, scores
 

@@ -2,10 +2,11 @@
 
 `EncoderGraph` runs `Transformer.encode` and `cross_key_values`;
 `DecoderStepGraph` runs one decoder position through each
-`DecoderBlock._forward` with attention closures over a past of any length
-(`MultiHeadAttention.project_key_value_cache` and `attend_cache`), the
-target embedding, positions, norms and `logits` of the model: every weight
-and op is the model's, none is written again here. Their inputs and outputs
+`DecoderBlock._forward` with attention closures over caches of any capacity
+(`MultiHeadAttention.project_key_value_cache` and `attend_cache` with the
+position's own keys and values), the target embedding, positions, norms and
+`logits` of the model: every weight and op is the model's, none is written
+again here. Their inputs and outputs
 are `onnx_translator`'s (its module docstring lists them).
 
 `write_graphs` exports both with ``torch.onnx.export(dynamo=True)``; why not
@@ -71,16 +72,18 @@ class DecoderStepGraph(keras.layers.Layer):
     def build(self, *shapes):
         self.built = True
 
-    def call(self, token_ids, source_ids, *caches):
+    def call(self, token_ids, source_ids, position, *caches):
         parts = self.transformer._parts
         layers = len(parts.decoder_blocks)
         past = [caches[2 * i : 2 * i + 2] for i in range(layers)]
         cross = [caches[2 * (layers + i) : 2 * (layers + i) + 2] for i in range(layers)]
-        position = ops.shape(past[0][0])[2]  # The new token's: the past's length.
         hidden = parts.target_embedding(token_ids)
         hidden = parts.target_position(hidden, start_index=position)
-        self_mask = self.transformer.step_self_attention_mask(
-            token_ids, position, position + 1
+        # The slots before the new position; it sees its own keys apart.
+        capacity = ops.shape(past[0][0])[2]
+        self_mask = ops.logical_and(
+            self.transformer.step_self_attention_mask(token_ids, position, capacity),
+            ops.arange(capacity)[None, None, :] < position,
         )
         rows, sentences = ops.shape(token_ids)[0], ops.shape(source_ids)[0]
         beams = rows // sentences
@@ -101,13 +104,12 @@ class DecoderStepGraph(keras.layers.Layer):
 
 
 def _self_attend(attention, past, mask):
+    """The new position over the caches' slots that `mask` allows and its
+    own keys/values, which it returns for the caller to store."""
+
     def attend(hidden):
-        keys, values = attention.project_key_value_cache(hidden)
-        present = (
-            ops.concatenate([past[0], keys], axis=2),
-            ops.concatenate([past[1], values], axis=2),
-        )
-        return attention.attend_cache(hidden, *present, mask), present
+        own = attention.project_key_value_cache(hidden)
+        return attention.attend_cache(hidden, *past, mask, own=own), own
 
     return attend
 
@@ -141,7 +143,7 @@ def write_graphs(model, directory: Path) -> dict:
     encoder = EncoderGraph(model)
     cross = [ops.convert_to_numpy(t) for t in encoder(source_ids)]
     batch, length = torch.export.Dim("batch"), torch.export.Dim("source_length")
-    rows, past_length = torch.export.Dim("rows"), torch.export.Dim("past_length")
+    rows, capacity = torch.export.Dim("rows"), torch.export.Dim("capacity")
     opset = _to_onnx(
         encoder,
         [source_ids],
@@ -153,13 +155,14 @@ def write_graphs(model, directory: Path) -> dict:
     beams = _ROWS // _SENTENCES
     past = [_sample_past(array, beams) for array in cross]
     tokens = np.arange(_ROWS, dtype=np.int32)[:, None] % model.config.vocab_size
+    position = np.array([_PAST - 1], np.int32)
     _to_onnx(
         DecoderStepGraph(model),
-        [tokens, source_ids, *past, *cross],
+        [tokens, source_ids, position, *past, *cross],
         step_inputs(layers),
         step_outputs(layers),
-        [{0: rows}, {0: batch, 1: length}]
-        + [{0: rows, 2: past_length}] * len(past)
+        [{0: rows}, {0: batch, 1: length}, None]
+        + [{0: rows, 2: capacity}] * len(past)
         + [{0: batch, 2: length}] * len(cross),
         directory / DECODER_STEP,
     )
@@ -175,7 +178,7 @@ def _sample_source(vocab_size: int) -> np.ndarray:
 
 
 def _sample_past(cross: np.ndarray, beams: int) -> np.ndarray:
-    """A past of _PAST positions with a cross array's heads and head size."""
+    """Caches of _PAST slots with a cross array's heads and head size."""
     _, heads, _, size = cross.shape
     return np.zeros((_SENTENCES * beams, heads, _PAST, size), np.float32) + 0.1
 

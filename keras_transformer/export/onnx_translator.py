@@ -7,21 +7,25 @@
                         cross_keys_i (B, H, S, d_k), cross_values_i (B, H, S, K)
                         for each decoder layer i
     decoder_step.onnx   token_ids int32 (N, 1), source_ids (B, S),
-                        past_keys_i (N, H, T, d_k), past_values_i (N, H, T, K),
-                        cross_keys_i, cross_values_i ->
+                        position int32 (1,), past_keys_i (N, H, C, d_k),
+                        past_values_i (N, H, C, K), cross_keys_i,
+                        cross_values_i ->
                         logits float32 (N, V) of position T,
-                        present_keys_i (N, H, T + 1, d_k),
-                        present_values_i (N, H, T + 1, K)
+                        new_keys_i (N, H, 1, d_k), new_values_i (N, H, 1, K)
     tokenizer/          the run's tokenizer
     export.json         format, format_version, settings, sizes, ids
 
-The step decodes position T = the past's length (0 at the first step, whose
-past is empty) for N = B * k rows: the k consecutive rows of a sentence's
-beams share its row of the cross-attention keys/values and source ids. The
-present is the past with position T's keys/values appended: the next
-step's past, once the search has picked its rows. (Format version 1 gave
-position T's keys/values only, for the caller to append: a second copy of
-every cache at every step. Its exports are still read.)
+The step decodes position T = `position` for N = B * k rows: the k
+consecutive rows of a sentence's beams share its row of the cross-attention
+keys/values and source ids. The past caches have C >= T slots, of which the
+first T hold positions 0..T-1 (the rest are not read); the step returns
+position T's keys/values, which the caller writes into slot T in place
+(`decode_step`), growing the caches CACHE_SLOTS at a time. So a step reads
+each cache once and copies none: format version 2 took caches of exactly T
+slots and returned them with position T appended, a copy of every cache at
+every step that took a quarter of an int8 step's time at `base`, beam 4.
+Exports of versions 1 (position T's keys/values only, appended by the
+caller) and 2 are still read.
 
 The search is `numpy_search`'s, the rules of `decoding.search`; batching
 and padding are `Translator`'s (sentences sorted by length, sources padded
@@ -61,9 +65,12 @@ from keras_transformer.utils.version import __version__
 FORMAT = "onnx"
 #: The layout of the directory and of the graphs' inputs and outputs; a
 #: change to either is a new version, and a directory of another is refused.
-FORMAT_VERSION = 2
-#: The versions this package reads: 1 differs in the step's outputs only.
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: The versions this package reads: 1 and 2 take no `position` (it is the
+#: past's length), and 2 returns the past with the new position appended.
+READABLE_VERSIONS = (1, 2, 3)
+#: Slots a format 3 cache grows by when the search reaches its end.
+CACHE_SLOTS = 16
 ENCODER = "encoder.onnx"
 DECODER_STEP = "decoder_step.onnx"
 
@@ -73,15 +80,16 @@ def encoder_outputs(layers: int) -> list[str]:
     return [f"cross_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
 
 
-def step_inputs(layers: int) -> list[str]:
-    """The step graph's inputs, in order."""
+def step_inputs(layers: int, version: int = FORMAT_VERSION) -> list[str]:
+    """The step graph's inputs, in order, in format `version`."""
     past = [f"past_{kind}_{i}" for i in range(layers) for kind in ("keys", "values")]
-    return ["token_ids", "source_ids", *past, *encoder_outputs(layers)]
+    position = ["position"] if version >= 3 else []
+    return ["token_ids", "source_ids", *position, *past, *encoder_outputs(layers)]
 
 
 def step_outputs(layers: int, version: int = FORMAT_VERSION) -> list[str]:
     """The step graph's outputs, in order, in format `version`."""
-    cache = "present" if version >= 2 else "new"
+    cache = "present" if version == 2 else "new"
     kinds = ("keys", "values")
     return ["logits", *(f"{cache}_{kind}_{i}" for i in range(layers) for kind in kinds)]
 
@@ -113,7 +121,8 @@ _AGAIN = (
 def _check_version(path: Path, info: dict[str, Any]) -> None:
     found = info.get("format_version")
     if found not in READABLE_VERSIONS:
-        readable = " and ".join(str(version) for version in READABLE_VERSIONS)
+        *earlier, last = (str(version) for version in READABLE_VERSIONS)
+        readable = f"{', '.join(earlier)} and {last}" if earlier else last
         raise ValueError(
             f"{path}: format_version {found!r} (written by keras-transformer "
             f"{info.get('package_version', '?')}), but keras-transformer "
@@ -163,26 +172,34 @@ class OnnxTranslator:
         reuse_freed_memory()
         onnxruntime = require("onnxruntime", "onnx", "An ONNX export")
         layers = self.info["decoder_layers"]
+        self._version = version = self.info["format_version"]
+        self._step_inputs = step_inputs(layers, version)
         self.encoder = _session(
-            onnxruntime, self.directory / ENCODER, threads, ["source_ids"]
+            onnxruntime, self.directory / ENCODER, threads, ["source_ids"], version
         )
         self.decoder_step = _session(
-            onnxruntime, self.directory / DECODER_STEP, threads, step_inputs(layers)
+            onnxruntime,
+            self.directory / DECODER_STEP,
+            threads,
+            self._step_inputs,
+            version,
         )
-        _check_outputs(self.encoder, self.directory / ENCODER, encoder_outputs(layers))
-        self._version = self.info["format_version"]
+        _check_outputs(
+            self.encoder, self.directory / ENCODER, encoder_outputs(layers), version
+        )
         _check_outputs(
             self.decoder_step,
             self.directory / DECODER_STEP,
-            step_outputs(layers, self._version),
+            step_outputs(layers, version),
+            version,
         )
-        self._step_inputs = step_inputs(layers)
         self.tokenizer = read_export_tokenizer(self.directory, self.info, FORMAT)
         self.settings = export_settings(self.info)
         self.batch_size = batch_size
+        past = self._step_inputs.index("past_keys_0")
         self._past_shapes = [
             tuple(graph_input.shape[1::2])  # (H, d_k) of (N, H, T, d_k).
-            for graph_input in self.decoder_step.get_inputs()[2 : 2 + 2 * layers]
+            for graph_input in self.decoder_step.get_inputs()[past : past + 2 * layers]
         ]
 
     def translate(
@@ -252,9 +269,11 @@ class OnnxTranslator:
 
     def empty_past(self, rows: int) -> list[np.ndarray]:
         """Each layer's self-attention keys and values before the first
-        step: (rows, H, 0, d) arrays."""
+        step: (rows, H, 0, d) arrays (format 3: views of caches of
+        CACHE_SLOTS zero slots)."""
+        slots = CACHE_SLOTS if self._version >= 3 else 0
         return [
-            np.zeros((rows, heads, 0, size), np.float32)
+            np.zeros((rows, heads, slots, size), np.float32)[:, :, :0]
             for heads, size in self._past_shapes
         ]
 
@@ -263,7 +282,24 @@ class OnnxTranslator:
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """Logits (N, V) of (N, 1) new tokens at position T (the past's
         length), and the past grown by their keys/values; N is B times the
-        beams, a sentence's beams in consecutive rows."""
+        beams, a sentence's beams in consecutive rows.
+
+        Format 3: each past array is the first T slots of a cache with more
+        (`_with_room`); position T's keys/values go into slot T in place, and
+        the past returned is the first T + 1 slots: the search moves and
+        drops rows of those alone, and no step copies a cache."""
+        if self._version < 3:
+            return self._decode_step_v1_v2(tokens, past, context)
+        position = past[0].shape[2]
+        caches = [_with_room(view) for view in past]
+        feeds = [tokens, context[0], np.array([position], np.int32), *caches]
+        feeds.extend(context[1:])
+        logits, *new = self.decoder_step.run(None, dict(zip(self._step_inputs, feeds)))
+        for cache, entry in zip(caches, new):
+            cache[:, :, position : position + 1] = entry
+        return logits, [cache[:, :, : position + 1] for cache in caches]
+
+    def _decode_step_v1_v2(self, tokens, past, context):
         feeds = [tokens, context[0], *past, *context[1:]]
         logits, *caches = self.decoder_step.run(
             None, dict(zip(self._step_inputs, feeds))
@@ -307,7 +343,31 @@ def reuse_freed_memory() -> None:
         pass
 
 
-def _session(onnxruntime, path: Path, threads: int | None, inputs: list[str]):
+def _with_room(past: np.ndarray) -> np.ndarray:
+    """The cache (N, H, C, d) whose first T slots the (N, H, T, d) `past` is
+    (of its first N rows, when the search dropped rows: `_keep_rows`), when
+    it has slot T free; else a new one CACHE_SLOTS slots longer that holds
+    `past` (its other slots zeros: masked, but still multiplied)."""
+    cache = past.base
+    rows, heads, length, size = past.shape
+    if (
+        isinstance(cache, np.ndarray)
+        and cache.shape[0] >= rows
+        and cache.shape[1:2] + cache.shape[3:] == (heads, size)
+        and cache.shape[2] > length
+        and cache.flags.c_contiguous
+        and cache.strides == past.strides
+        and cache.ctypes.data == past.ctypes.data
+    ):
+        return cache[:rows]
+    cache = np.zeros((rows, heads, length + CACHE_SLOTS, size), past.dtype)
+    cache[:, :, :length] = past
+    return cache
+
+
+def _session(
+    onnxruntime, path: Path, threads: int | None, inputs: list[str], version: int
+):
     """An inference session on `path`, refused unless its inputs are `inputs`."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: the export is incomplete. {_AGAIN}")
@@ -327,16 +387,16 @@ def _session(onnxruntime, path: Path, threads: int | None, inputs: list[str]):
     found = [graph_input.name for graph_input in session.get_inputs()]
     if found != inputs:
         raise ValueError(
-            f"{path}: inputs {found}, but format_version {FORMAT_VERSION} has "
+            f"{path}: inputs {found}, but format_version {version} has "
             f"{inputs}. {_AGAIN}"
         )
     return session
 
 
-def _check_outputs(session, path: Path, outputs: list[str]) -> None:
+def _check_outputs(session, path: Path, outputs: list[str], version: int) -> None:
     found = [output.name for output in session.get_outputs()]
     if found != outputs:
         raise ValueError(
-            f"{path}: outputs {found}, but format_version {FORMAT_VERSION} has "
+            f"{path}: outputs {found}, but format_version {version} has "
             f"{outputs}. {_AGAIN}"
         )

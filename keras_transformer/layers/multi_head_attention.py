@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_transformer.layers.scaled_dot_product_attention import (
     ScaledDotProductAttention,
+    attend_cache_and_own,
     attend_heads_first,
 )
 from keras_transformer.layers.utils import clone_initializer
@@ -166,13 +167,26 @@ class MultiHeadAttention(keras.layers.Layer):
         keys, values = self.project_key_value(value)
         return _heads_first(keys), _heads_first(values)
 
-    def attend_cache(self, query, key_cache, value_cache, attention_mask=None):
+    def attend_cache(
+        self, query, key_cache, value_cache, attention_mask=None, own=None
+    ):
         """`attend` over (B, H, S, K) caches (see `empty_cache`), inference
-        only. (B, T, D) -> (B, T, D)."""
-        queries = self._split_heads(self.query_dense(query), self.key_head_dim)
-        context = attend_heads_first(
-            _heads_first(queries), key_cache, value_cache, attention_mask
+        only. (B, T, D) -> (B, T, D).
+
+        `own`: for one new position (T = 1) whose keys and values the caches
+        do not hold, its (B, H, 1, K) keys and values: it sees them and the
+        slots `attention_mask` (B, 1, S) allows (`attend_cache_and_own`)."""
+        queries = _heads_first(
+            self._split_heads(self.query_dense(query), self.key_head_dim)
         )
+        if own is None:
+            context = attend_heads_first(
+                queries, key_cache, value_cache, attention_mask
+            )
+        else:
+            context = attend_cache_and_own(
+                queries, key_cache, value_cache, *own, attention_mask
+            )
         shape = ops.shape(query)
         # (B, H, T, K) -> (B, T, D): concatenate the heads.
         context = ops.reshape(

@@ -53,6 +53,41 @@ def attend_heads_first(query, key, value, attention_mask=None):
     return ops.matmul(ops.cast(weights, value.dtype), value)
 
 
+def attend_cache_and_own(query, key_cache, value_cache, own_key, own_value, cache_mask):
+    """`attend_heads_first` for one new position over a cache that does not
+    hold it: the query sees the slots `cache_mask` allows and its own key.
+
+    Equal to `attend_heads_first` on the caches with the own key and value
+    appended (and True appended to the mask), without that concatenation:
+    a step graph then reads a cache of any capacity as it is, where
+    appending copies every cache at every step (ONNX export, format 3).
+
+    Args:
+        query: (B, H, 1, K) tensor.
+        key_cache: (B, H, C, K) tensor: C slots, any of them unused.
+        value_cache: (B, H, C, V) tensor.
+        own_key: (B, H, 1, K): the new position's key.
+        own_value: (B, H, 1, V): its value.
+        cache_mask: bool (B, 1, C); True = may attend.
+
+    Returns:
+        (B, H, 1, V).
+    """
+    query = _scaled(query)
+    cached = ops.matmul(query, ops.swapaxes(key_cache, -1, -2))  # (B, H, 1, C)
+    own = ops.sum(query * own_key, axis=-1, keepdims=True)  # (B, H, 1, 1)
+    always = ops.ones_like(cache_mask[..., :1], dtype="bool")
+    weights = _masked_softmax(
+        ops.concatenate([cached, own], axis=-1),
+        ops.concatenate([cache_mask, always], axis=-1),
+    )
+    weights = ops.cast(weights, value_cache.dtype)
+    slots = ops.shape(key_cache)[2]
+    return (
+        ops.matmul(weights[..., :slots], value_cache) + weights[..., slots:] * own_value
+    )
+
+
 def _scaled(query):
     # Scale before the product so float16 scores stay in range.
     head_size = ops.shape(query)[-1]

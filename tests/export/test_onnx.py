@@ -31,6 +31,7 @@ from keras_transformer.config import EOS_ID, UNK_ID
 from keras_transformer.decoding.settings import SearchSettings
 from keras_transformer.decoding.translator import Translator
 from keras_transformer.export.onnx_translator import (
+    CACHE_SLOTS,
     FORMAT_VERSION,
     OnnxTranslator,
     read_export_info,
@@ -192,6 +193,27 @@ def test_an_int8_export_multiplies_in_int8_and_stays_near_float32(
 
 
 @torch_only
+def test_outputs_past_the_first_cache_slots_equal_translator(
+    engine, translator, run_dir
+):
+    """The caches start with CACHE_SLOTS slots and grow by as many when the
+    search reaches their end: each step's logits stay the model's past it
+    (`verify`), and outputs that long, in both searches, stay `translate`'s
+    (with sentences leaving the batch from caches that grew)."""
+    from keras_transformer.export.onnx import verify
+
+    model = keras.saving.load_model(run_dir / "model.keras")
+    verify(model, engine.directory, steps=CACHE_SLOTS + 4)
+    onnx = OnnxTranslator(engine.directory, threads=1)
+    for beams in (1, 4):
+        settings = SearchSettings(beam_size=beams, max_extra_length=2 * CACHE_SLOTS)
+        expected = translator(settings).translate(TEXTS)
+        assert onnx.translate(TEXTS, settings) == expected
+        lengths = [np.sum(ids[0] > 0) for ids, _ in onnx.search(TEXTS, settings)]
+        assert max(lengths) > CACHE_SLOTS + 1, lengths  # Past one growth.
+
+
+@torch_only
 def test_export_json_records_the_export(engine, run_dir):
     info = read_export_info(engine.directory)
     assert info["format"] == "onnx" and info["format_version"] == FORMAT_VERSION
@@ -287,43 +309,60 @@ def test_another_format_version_is_refused_naming_the_file(tmp_path):
     message = str(refused.value)
     assert str(path) in message
     assert "format_version 99" in message
-    assert "reads format_version 1 and 2" in message
+    assert "reads format_version 1, 2 and 3" in message
 
 
 @torch_only
-def test_a_format_version_1_export_still_translates(engine, translator, tmp_path):
-    """Version 1's step gave position T's keys/values alone (the caller
-    appended them); made here from a version 2 export by slicing the last
-    position off each present."""
-    old = Path(shutil.copytree(engine.directory, tmp_path / "v1"))
-    _as_version_1(old / "decoder_step.onnx")
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_format_version_export_still_translates(
+    engine, translator, version, tmp_path
+):
+    """Versions 1 and 2 read the new position from the past's length, which
+    holds exactly the positions before it; 1 returned the new position's
+    keys/values (the caller appended them), 2 the past with them appended.
+    Made here from a version 3 export (`_as_older_version`)."""
+    old = Path(shutil.copytree(engine.directory, tmp_path / f"v{version}"))
+    _as_older_version(old / "decoder_step.onnx", version)
     info = json.loads((old / "export.json").read_text())
-    (old / "export.json").write_text(json.dumps({**info, "format_version": 1}))
+    (old / "export.json").write_text(json.dumps({**info, "format_version": version}))
     settings = SETTINGS["beam4"]
     expected = [h[0][0] for h in translator(settings).nbest(TEXTS)]
     assert OnnxTranslator(old, threads=1).translate(TEXTS, settings) == expected
 
 
-def _as_version_1(path: Path) -> None:
+def _as_older_version(path: Path, version: int) -> None:
+    """A version 3 step graph rewritten as version 1 or 2: each past input
+    holds exactly the positions before the new one, padded with two unused
+    slots for the version 3 body (whose caches have at least two), and the
+    `position` input becomes the past's length; for version 2 each output
+    `new_*` becomes `present_*`, the past with it appended."""
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import TensorProto, helper, numpy_helper
 
-    graph = onnx.load(path)
-    constants = {"last": [-1], "end": [2**62], "axis": [2]}
-    graph.graph.initializer.extend(
-        numpy_helper.from_array(np.array(v, np.int64), f"v1_{k}")
-        for k, v in constants.items()
-    )
-    renamed = {output.name: output.name + "_v2" for output in graph.graph.output[1:]}
-    for node in graph.graph.node:
-        node.input[:] = [renamed.get(name, name) for name in node.input]
-        node.output[:] = [renamed.get(name, name) for name in node.output]
-    for output in graph.graph.output[1:]:
-        present = renamed[output.name]
-        output.name = output.name.replace("present_", "new_")
-        slicing = [present, "v1_last", "v1_end", "v1_axis"]
-        graph.graph.node.append(helper.make_node("Slice", slicing, [output.name]))
-    onnx.save(graph, path)
+    model = onnx.load(path)
+    graph = model.graph
+    pads = np.array([0, 0, 0, 0, 0, 0, 2, 0], np.int64)
+    graph.initializer.append(numpy_helper.from_array(pads, "two_slots"))
+    pasts = [i.name for i in graph.input if i.name.startswith("past_")]
+    for node in graph.node:
+        node.input[:] = [f"padded_{n}" if n in pasts else n for n in node.input]
+    front = [
+        helper.make_node("Shape", ["past_keys_0"], ["length"], start=2, end=3),
+        helper.make_node("Cast", ["length"], ["position"], to=TensorProto.INT32),
+        *(helper.make_node("Pad", [n, "two_slots"], [f"padded_{n}"]) for n in pasts),
+    ]
+    for node in reversed(front):
+        graph.node.insert(0, node)
+    graph.input.remove(next(i for i in graph.input if i.name == "position"))
+    if version == 2:
+        for output in graph.output[1:]:
+            new = output.name
+            output.name = new.replace("new_", "present_")
+            output.type.tensor_type.ClearField("shape")  # T + 1 slots.
+            past = new.replace("new_", "past_")
+            concat = helper.make_node("Concat", [past, new], [output.name], axis=2)
+            graph.node.append(concat)
+    onnx.save(model, path)
 
 
 def test_what_is_not_an_onnx_export_is_refused(tmp_path):

@@ -182,6 +182,30 @@ def test_cached_attention_equals_call():
         np.testing.assert_allclose(to_numpy(output)[:, 0], expected[:, t], atol=1e-5)
 
 
+def test_attention_with_own_keys_apart_equals_call():
+    """The ONNX step's attention (`own=`): the caches hold the positions
+    before t only, in more slots than that; the slots past them hold values
+    that would change the output if read (masked, they are not)."""
+    query, _ = random_inputs(6)
+    mask = np.tril(np.ones((T, T), bool))[None].repeat(B, axis=0)
+    layer = MultiHeadAttention(H)
+    expected = to_numpy(layer(query, attention_mask=mask))
+    capacity = T + 3
+    keys, values = (
+        np.full(shape, 7.0, np.float32)
+        for shape in (c.shape for c in layer.empty_cache(B, capacity))
+    )
+    slots = np.arange(capacity)
+    for t in range(T):
+        own = layer.project_key_value_cache(query[:, t : t + 1])
+        step_mask = np.broadcast_to(slots < t, (B, 1, capacity))
+        output = layer.attend_cache(
+            query[:, t : t + 1], keys, values, step_mask, own=own
+        )
+        np.testing.assert_allclose(to_numpy(output)[:, 0], expected[:, t], atol=1e-5)
+        keys[:, :, t : t + 1], values[:, :, t : t + 1] = (to_numpy(x) for x in own)
+
+
 def test_attention_weights_shape_and_masked_zeros():
     query, memory = random_inputs(7)
     mask = cross_mask()
