@@ -28,10 +28,10 @@ the N rows (B sentences times k beams: the key/value caches), reordered as
 hypotheses move between beams, in place (the step function returns arrays
 the search may write to); `context` is a list of arrays whose leading
 axis is the B sentences (the source and its cross-attention keys/values).
-Both lose the rows of a sentence that is done: the state in place too, its
+Both lose the rows of a sentence that is done: the state in place, its
 kept rows moved to the front and views of those rows passed on, so a step
-function's arrays stay its own (the ONNX translator's caches have room for
-later positions past the views' ends).
+function's arrays stay its own (the ONNX translator's caches, with room for
+later positions).
 
 Legend: B sentences, k beam size, N = B * k rows, L maximum output length,
 V vocabulary.

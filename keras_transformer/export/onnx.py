@@ -24,7 +24,7 @@ torch 2.13) cannot write these graphs, for four reasons.
    torch: ``F.layer_norm(x, normalized_shape=(x.shape[-1],))`` takes a
    traced size it cannot hold constant ("Failed to export a node ...
    because it is not constant"). Both graphs need dynamic sizes: the batch,
-   the source length, the rows of the step and the past's length.
+   the source length, the rows of the step and the caches' slots.
 2. Without a None, Keras uses torch's dynamo exporter, but with every
    dimension fixed to the sample's: a graph per batch, length and step.
 3. Keras traces a sample whose None dimensions are 1, and torch.export takes
@@ -106,12 +106,12 @@ EXPORT_PACKAGES = {
 GRAPHS = {
     ENCODER: "source_ids int32 (B, S), pad 0, no BOS/EOS -> cross_keys_i "
     "(B, H, S, d_k), cross_values_i (B, H, S, d_v) per decoder layer i",
-    DECODER_STEP: "token_ids int32 (N, 1), source_ids (B, S), past_keys_i "
-    "(N, H, T, d_k), past_values_i (N, H, T, d_v), cross_keys_i, cross_values_i "
-    "-> logits float32 (N, V) of position T, present_keys_i (N, H, T + 1, d_k), "
-    "present_values_i (N, H, T + 1, d_v): the past with position T's appended, "
-    "the next step's past once its rows are picked; N = B * beams, a "
-    "sentence's beams in consecutive rows",
+    DECODER_STEP: "token_ids int32 (N, 1), source_ids (B, S), position int32 "
+    "(1,) = T, past_keys_i (N, H, C, d_k), past_values_i (N, H, C, d_v) whose "
+    "first T of C slots hold positions 0..T-1, cross_keys_i, cross_values_i "
+    "-> logits float32 (N, V) of position T, new_keys_i (N, H, 1, d_k), "
+    "new_values_i (N, H, 1, d_v): position T's, for slot T; N = B * beams, "
+    "a sentence's beams in consecutive rows",
 }
 
 
@@ -261,7 +261,8 @@ def verify(
     context = translator.encode(source_ids)
     past = translator.empty_past(len(prefix))
     for step in range(steps):
-        logits, past = translator.decode_step(prefix[:, step : step + 1], past, context)
+        tokens = prefix[:, step : step + 1]
+        logits, past = translator.decode_step(tokens, step, past, context)
         difference = float(np.max(np.abs(logits - expected[:, step])))
         if difference > tolerance * max(1.0, float(np.max(np.abs(expected)))):
             raise RuntimeError(

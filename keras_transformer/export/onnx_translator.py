@@ -17,8 +17,8 @@
 
 The step decodes position T = `position` for N = B * k rows: the k
 consecutive rows of a sentence's beams share its row of the cross-attention
-keys/values and source ids. The past caches have C >= T slots, of which the
-first T hold positions 0..T-1 (the rest are not read); the step returns
+keys/values and source ids. The past caches have C > T slots, of which the
+first T hold positions 0..T-1 (the rest are masked); the step returns
 position T's keys/values, which the caller writes into slot T in place
 (`decode_step`), growing the caches CACHE_SLOTS at a time. So a step reads
 each cache once and copies none: format version 2 took caches of exactly T
@@ -251,7 +251,7 @@ class OnnxTranslator:
         )
         past = self.empty_past(len(source_ids) * k)
         context = self.encode(source_ids)
-        arguments = (self._step, past, context, limits, max_length)
+        arguments = (self.decode_step, past, context, limits, max_length)
         if k == 1:
             return numpy_search.greedy_search(*arguments, suppressed_ids=suppressed)
         return numpy_search.beam_search(
@@ -269,35 +269,39 @@ class OnnxTranslator:
 
     def empty_past(self, rows: int) -> list[np.ndarray]:
         """Each layer's self-attention keys and values before the first
-        step: (rows, H, 0, d) arrays (format 3: views of caches of
-        CACHE_SLOTS zero slots)."""
+        step: (rows, H, C, d) zeros, C = CACHE_SLOTS (0 before format 3)."""
         slots = CACHE_SLOTS if self._version >= 3 else 0
         return [
-            np.zeros((rows, heads, slots, size), np.float32)[:, :, :0]
+            np.zeros((rows, heads, slots, size), np.float32)
             for heads, size in self._past_shapes
         ]
 
     def decode_step(
-        self, tokens: np.ndarray, past: list[np.ndarray], context: list[np.ndarray]
+        self,
+        tokens: np.ndarray,
+        position: int,
+        past: list[np.ndarray],
+        context: list[np.ndarray],
     ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Logits (N, V) of (N, 1) new tokens at position T (the past's
-        length), and the past grown by their keys/values; N is B times the
-        beams, a sentence's beams in consecutive rows.
+        """Logits (N, V) of (N, 1) new tokens at `position`, and the past
+        with their keys/values; N is B times the beams, a sentence's beams
+        in consecutive rows.
 
-        Format 3: each past array is the first T slots of a cache with more
-        (`_with_room`); position T's keys/values go into slot T in place, and
-        the past returned is the first T + 1 slots: the search moves and
-        drops rows of those alone, and no step copies a cache."""
+        Format 3: the past's caches hold positions 0..position-1 in their
+        first slots (`empty_past`'s, as this returns them); the new keys and
+        values go into slot `position` in place, the caches grown by
+        CACHE_SLOTS first when it is past their end. Before format 3 the
+        past holds exactly the positions before `position` and the step
+        returns new arrays."""
         if self._version < 3:
             return self._decode_step_v1_v2(tokens, past, context)
-        position = past[0].shape[2]
-        caches = [_with_room(view) for view in past]
-        feeds = [tokens, context[0], np.array([position], np.int32), *caches]
+        past = _with_room(past, position)
+        feeds = [tokens, context[0], np.array([position], np.int32), *past]
         feeds.extend(context[1:])
         logits, *new = self.decoder_step.run(None, dict(zip(self._step_inputs, feeds)))
-        for cache, entry in zip(caches, new):
+        for cache, entry in zip(past, new):
             cache[:, :, position : position + 1] = entry
-        return logits, [cache[:, :, : position + 1] for cache in caches]
+        return logits, past
 
     def _decode_step_v1_v2(self, tokens, past, context):
         feeds = [tokens, context[0], *past, *context[1:]]
@@ -307,9 +311,6 @@ class OnnxTranslator:
         if self._version == 1:  # The new position's only.
             caches = [np.concatenate(pair, axis=2) for pair in zip(past, caches)]
         return logits, caches
-
-    def _step(self, tokens, step, past, context):
-        return self.decode_step(tokens, past, context)
 
     def _detokenize(self, outputs: list[np.ndarray]) -> list[str]:
         """Output ids -> strings; "" for an empty output."""
@@ -343,26 +344,20 @@ def reuse_freed_memory() -> None:
         pass
 
 
-def _with_room(past: np.ndarray) -> np.ndarray:
-    """The cache (N, H, C, d) whose first T slots the (N, H, T, d) `past` is
-    (of its first N rows, when the search dropped rows: `_keep_rows`), when
-    it has slot T free; else a new one CACHE_SLOTS slots longer that holds
-    `past` (its other slots zeros: masked, but still multiplied)."""
-    cache = past.base
-    rows, heads, length, size = past.shape
-    if (
-        isinstance(cache, np.ndarray)
-        and cache.shape[0] >= rows
-        and cache.shape[1:2] + cache.shape[3:] == (heads, size)
-        and cache.shape[2] > length
-        and cache.flags.c_contiguous
-        and cache.strides == past.strides
-        and cache.ctypes.data == past.ctypes.data
-    ):
-        return cache[:rows]
-    cache = np.zeros((rows, heads, length + CACHE_SLOTS, size), past.dtype)
-    cache[:, :, :length] = past
-    return cache
+def _with_room(caches: list[np.ndarray], position: int) -> list[np.ndarray]:
+    """`caches` (N, H, C, d), or copies CACHE_SLOTS slots longer when slot
+    `position` is past their end (the unused slots are zeros: masked, but
+    still multiplied, so they must be finite)."""
+    slots = caches[0].shape[2]
+    if position < slots:
+        return caches
+    grown = []
+    for cache in caches:
+        rows, heads, _, size = cache.shape
+        larger = np.zeros((rows, heads, slots + CACHE_SLOTS, size), cache.dtype)
+        larger[:, :, :slots] = cache
+        grown.append(larger)
+    return grown
 
 
 def _session(

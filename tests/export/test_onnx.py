@@ -184,7 +184,7 @@ def test_an_int8_export_multiplies_in_int8_and_stays_near_float32(
     source = np.array([[5, 9, 12, 7, 30, 0, 0]], np.int32)
     step = np.full((1, 1), 2, np.int32)
     logits = [
-        t.decode_step(step, t.empty_past(1), t.encode(source))[0]
+        t.decode_step(step, 0, t.empty_past(1), t.encode(source))[0]
         for t in (int8, float32)
     ]
     difference = np.max(np.abs(logits[0] - logits[1])) / np.max(np.abs(logits[1]))
