@@ -6,8 +6,8 @@
 (`MultiHeadAttention.project_key_value_cache` and `attend_cache` with the
 position's own keys and values), the target embedding, positions, norms and
 `logits` of the model: every weight and op is the model's, none is written
-again here. Their inputs and outputs
-are `onnx_translator`'s (its module docstring lists them).
+again here. Their inputs and outputs are `onnx_translator`'s (its module
+docstring lists them).
 
 `write_graphs` exports both with ``torch.onnx.export(dynamo=True)``; why not
 through Keras's `export_onnx` is said in `export.onnx`'s docstring.

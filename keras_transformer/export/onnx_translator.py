@@ -20,10 +20,11 @@ consecutive rows of a sentence's beams share its row of the cross-attention
 keys/values and source ids. The past caches have C > T slots, of which the
 first T hold positions 0..T-1 (the rest are masked); the step returns
 position T's keys/values, which the caller writes into slot T in place
-(`decode_step`), growing the caches CACHE_SLOTS at a time. So a step reads
-each cache once and copies none: format version 2 took caches of exactly T
-slots and returned them with position T appended, a copy of every cache at
-every step that took a quarter of an int8 step's time at `base`, beam 4.
+(`decode_step`), growing the caches CACHE_SLOTS slots at a time. So the
+step reads each cache once and copies none: format version 2 took caches
+of exactly T slots and returned them with position T appended, a copy of
+every cache at every step (27-31% of an int8 step's kernel time at `base`,
+beam 4, batches of 32: docs/benchmarks-decode-engines.md).
 Exports of versions 1 (position T's keys/values only, appended by the
 caller) and 2 are still read.
 
